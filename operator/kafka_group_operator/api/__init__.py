@@ -1,0 +1,1 @@
+"""The HTTP member API (aiohttp): heartbeat, offset commit and fetch, describe, OpenAPI."""

@@ -1,0 +1,1 @@
+"""Subcommands of ``kgo``, one module each, registered in ``cli.COMMANDS``."""

@@ -1,0 +1,1 @@
+"""kopf handler registrations: thin glue between resources, manifests, kube and the runtime."""

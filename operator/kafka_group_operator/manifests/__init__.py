@@ -1,0 +1,1 @@
+"""Pure ``build_*`` functions that turn our resources into Kubernetes manifests."""

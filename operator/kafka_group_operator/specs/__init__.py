@@ -1,0 +1,1 @@
+"""Typed views of our custom resources and their validation. Pure."""
