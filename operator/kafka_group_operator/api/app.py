@@ -1,0 +1,178 @@
+"""The member API's aiohttp application: routes, authentication and error mapping.
+
+``build_app(runtime, token_store)`` serves the coordinator ``runtime`` (any object with the
+``Coordinator`` methods below, normally ``runtime.coordinator_runtime.CoordinatorRuntime``)
+over HTTP. Handlers are thin: decode with ``wire``, call the runtime, encode the reply.
+
+Every failure leaves as a Kafka-style error body ``{"error", "code", "message"}``: a
+``CoordinatorError`` with its own HTTP status, a malformed body as 400 ``INVALID_REQUEST``,
+anything unexpected as a logged 500 ``UNKNOWN_SERVER_ERROR``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from kafka_group_operator.api import openapi, tokens, wire
+from kafka_group_operator.coordinator import errors, messages
+
+logger = logging.getLogger(__name__)
+
+# Heartbeats and commits are small; anything larger is a mistake or an attack.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class Coordinator(Protocol):
+    """What the API needs from the coordinator runtime."""
+
+    async def heartbeat(self, request: messages.HeartbeatRequest) -> messages.HeartbeatResponse: ...
+
+    async def commit_offsets(
+        self, request: messages.OffsetCommitRequest
+    ) -> messages.OffsetCommitResponse: ...
+
+    async def fetch_offsets(
+        self, request: messages.OffsetFetchRequest
+    ) -> messages.OffsetFetchResponse: ...
+
+    async def describe_group(self, group_id: str) -> messages.GroupDescription: ...
+
+    async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
+
+
+COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
+TOKENS_KEY = web.AppKey("tokens", tokens.TokenStore)
+_OPENAPI_KEY = web.AppKey("openapi", bytes)
+_PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error_response(error: errors.CoordinatorError, status: int | None = None) -> web.Response:
+    headers = {"Retry-After": "1"} if error.retriable and error.http_status == 503 else None
+    return web.json_response(
+        wire.error_body(error), status=status or error.http_status, headers=headers
+    )
+
+
+@web.middleware
+async def _errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.GroupAuthorizationFailed as error:
+        # No credentials at all is 401 (with the challenge); wrong credentials are 403.
+        if tokens.bearer_token(request.headers.get("Authorization")) is None:
+            response = _error_response(error, status=401)
+            response.headers["WWW-Authenticate"] = 'Bearer realm="kafka-group-operator"'
+            return response
+        return _error_response(error)
+    except errors.CoordinatorError as error:
+        return _error_response(error)
+    except web.HTTPException as http_error:
+        if http_error.status < 400:
+            raise
+        # Routing errors (404 unknown path, 405 wrong method) in the same error shape.
+        routing = errors.InvalidRequest(f"{request.method} {request.path}: {http_error.reason}")
+        return web.json_response(wire.error_body(routing), status=http_error.status)
+    except Exception:
+        logger.exception("unexpected failure serving %s %s", request.method, request.path)
+        return web.json_response(
+            wire.error_body(errors.CoordinatorError("internal error, see the coordinator log")),
+            status=500,
+        )
+
+
+def _auth_middleware(store: tokens.TokenStore | None) -> Any:
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        group = request.match_info.get("group")
+        if store is not None and group is not None and request.path not in _PUBLIC_PATHS:
+            tokens.authorize(
+                store, group, tokens.bearer_token(request.headers.get("Authorization"))
+            )
+        return await handler(request)
+
+    return authenticate
+
+
+async def _json_body(request: web.Request) -> object:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
+    raw = await request.content.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise errors.InvalidRequest(f"body is not valid JSON: {error}") from None
+
+
+def _coordinator(request: web.Request) -> Coordinator:
+    return request.app[COORDINATOR_KEY]
+
+
+def _client_host(request: web.Request) -> str:
+    return request.remote or ""
+
+
+async def _heartbeat(request: web.Request) -> web.Response:
+    heartbeat = wire.decode_heartbeat(
+        request.match_info["group"], await _json_body(request), _client_host(request)
+    )
+    response = await _coordinator(request).heartbeat(heartbeat)
+    return web.json_response(wire.encode_heartbeat(response))
+
+
+async def _commit(request: web.Request) -> web.Response:
+    commit = wire.decode_commit(request.match_info["group"], await _json_body(request))
+    response = await _coordinator(request).commit_offsets(commit)
+    return web.json_response(wire.encode_commit(response))
+
+
+async def _fetch(request: web.Request) -> web.Response:
+    query: Mapping[str, list[str]] = {
+        key: request.query.getall(key) for key in set(request.query.keys())
+    }
+    fetch = wire.decode_fetch(request.match_info["group"], query)
+    response = await _coordinator(request).fetch_offsets(fetch)
+    return web.json_response(wire.encode_fetch(response))
+
+
+async def _describe(request: web.Request) -> web.Response:
+    group = request.match_info["group"]
+    coordinator = _coordinator(request)
+    description = await coordinator.describe_group(group)
+    lag = await coordinator.group_lag(group)
+    return web.json_response(wire.encode_description(description, lag))
+
+
+async def _openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[_OPENAPI_KEY], content_type="application/json")
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def build_app(runtime: Coordinator, token_store: tokens.TokenStore | None) -> web.Application:
+    """The member API over ``runtime``; ``token_store=None`` serves without authentication."""
+    app = web.Application(
+        middlewares=[_errors_middleware, _auth_middleware(token_store)],
+        client_max_size=MAX_BODY_BYTES,
+    )
+    app[COORDINATOR_KEY] = runtime
+    if token_store is not None:
+        app[TOKENS_KEY] = token_store
+    app[_OPENAPI_KEY] = json.dumps(openapi.document()).encode()
+    app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
+    app.router.add_post("/v1/groups/{group}/offsets", _commit)
+    app.router.add_get("/v1/groups/{group}/offsets", _fetch)
+    app.router.add_get("/v1/groups/{group}", _describe)
+    app.router.add_get("/openapi.json", _openapi)
+    app.router.add_get("/healthz", _health)
+    return app
