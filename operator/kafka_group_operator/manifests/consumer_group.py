@@ -1,0 +1,223 @@
+"""The children of a ConsumerGroup: its StatefulSet, headless Service and token Secret.
+
+Pure builders (``build_*``): a ``ConsumerGroupSpec`` in, a manifest dict out, exactly the body
+the operator creates. Owner references are added by the handlers (``kopf.adopt``); the names
+and labels here are the contract with everything that finds these objects again (pod events,
+the scale subresource's ``labelSelector``, ``kubectl``).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from kafka_group_operator.specs import consumer_group
+
+# The one label that selects a group's pods; also the scale subresource's selector.
+GROUP_LABEL = "kafkagroups.io/consumer-group"
+GROUP_ID_ANNOTATION = "kafkagroups.io/group-id"
+TOKEN_KEY = "token"
+KAFKA_CONFIG_DIR = "/etc/kafka-group/kafka"
+KAFKA_CONFIG_VOLUME = "kgo-kafka-config"
+# Environment names the operator owns; a template's own values for them are replaced.
+INJECTED_ENV = (
+    "KGO_GROUP_ID",
+    "KGO_COORDINATOR_URL",
+    "KGO_GROUP_TOKEN",
+    "KGO_INSTANCE_ID",
+    "KGO_TOPICS",
+    "KAFKA_BOOTSTRAP_SERVERS",
+    "KGO_AUTO_OFFSET_RESET",
+    "KGO_KAFKA_CONFIG_DIR",
+)
+
+
+def stateful_set_name(group: consumer_group.ConsumerGroupSpec) -> str:
+    return group.name
+
+
+def service_name(group: consumer_group.ConsumerGroupSpec) -> str:
+    return group.name
+
+
+def token_secret_name(name: str) -> str:
+    return f"{name}-group-token"
+
+
+def instance_id(name: str, ordinal: int) -> str:
+    """The static member id of the pod with ``ordinal``: its StatefulSet pod name."""
+    return f"{name}-{ordinal}"
+
+
+def ordinal_of(name: str, pod_name: str) -> int | None:
+    """The ordinal of a pod of the group ``name``, or ``None`` when it is not one of them."""
+    prefix = f"{name}-"
+    if not pod_name.startswith(prefix) or not pod_name[len(prefix) :].isdigit():
+        return None
+    return int(pod_name[len(prefix) :])
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {GROUP_LABEL: name}
+
+
+def label_selector(name: str) -> str:
+    """The serialized selector of ``status.labelSelector`` (for HPA and KEDA)."""
+    return ",".join(f"{key}={value}" for key, value in selector_labels(name).items())
+
+
+def common_labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kafka-group-consumer",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": "kafka-group-operator",
+        **selector_labels(name),
+    }
+
+
+def build_stateful_set(
+    group: consumer_group.ConsumerGroupSpec, coordinator_url: str
+) -> dict[str, Any]:
+    """The consumers' StatefulSet: pod names are the members' static instance ids."""
+    template = copy.deepcopy(dict(group.template))
+    template_metadata = dict(template.get("metadata") or {})
+    pod_spec = dict(template["spec"])
+    labels = {**dict(template_metadata.get("labels") or {}), **common_labels(group.name)}
+    annotations = {
+        **dict(template_metadata.get("annotations") or {}),
+        GROUP_ID_ANNOTATION: group.group_id,
+    }
+    env = _injected_env(group, coordinator_url)
+    containers = [_with_group_env(container, env, group) for container in pod_spec["containers"]]
+    pod_spec["containers"] = containers
+    if group.kafka.secret_name is not None:
+        volumes = [
+            volume
+            for volume in pod_spec.get("volumes") or []
+            if volume.get("name") != KAFKA_CONFIG_VOLUME
+        ]
+        volumes.append(
+            {"name": KAFKA_CONFIG_VOLUME, "secret": {"secretName": group.kafka.secret_name}}
+        )
+        pod_spec["volumes"] = volumes
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": stateful_set_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group.name),
+        },
+        "spec": {
+            "replicas": group.replicas,
+            "serviceName": service_name(group),
+            # Members are independent: no need to start or stop them one by one.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector_labels(group.name)},
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_stateful_set_patch(
+    group: consumer_group.ConsumerGroupSpec, coordinator_url: str
+) -> dict[str, Any]:
+    """A merge patch bringing an existing StatefulSet to ``group``'s spec.
+
+    Only the mutable fields: a StatefulSet's selector and service name cannot change.
+    """
+    desired = build_stateful_set(group, coordinator_url)
+    return {
+        "metadata": {"labels": desired["metadata"]["labels"]},
+        "spec": {"replicas": desired["spec"]["replicas"], "template": desired["spec"]["template"]},
+    }
+
+
+def build_headless_service(group: consumer_group.ConsumerGroupSpec) -> dict[str, Any]:
+    """The headless Service that gives each consumer pod a stable DNS name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(group),
+            "namespace": group.namespace,
+            "labels": common_labels(group.name),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector_labels(group.name),
+            # Pods must be resolvable while they start, before they are ready.
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def build_token_secret(group: consumer_group.ConsumerGroupSpec, token: str) -> dict[str, Any]:
+    """The group's bearer-token Secret (the token is generated by the caller, once)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": token_secret_name(group.name),
+            "namespace": group.namespace,
+            "labels": common_labels(group.name),
+        },
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def token_from_secret(secret: Mapping[str, Any]) -> str | None:
+    """The token stored in a Secret built by ``build_token_secret``."""
+    encoded = (secret.get("data") or {}).get(TOKEN_KEY)
+    if not isinstance(encoded, str) or not encoded:
+        return None
+    return base64.b64decode(encoded).decode()
+
+
+def _injected_env(
+    group: consumer_group.ConsumerGroupSpec, coordinator_url: str
+) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "KGO_GROUP_ID", "value": group.group_id},
+        {"name": "KGO_COORDINATOR_URL", "value": coordinator_url},
+        {
+            "name": "KGO_GROUP_TOKEN",
+            "valueFrom": {
+                "secretKeyRef": {"name": token_secret_name(group.name), "key": TOKEN_KEY}
+            },
+        },
+        {"name": "KGO_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "KGO_TOPICS", "value": ",".join(group.topics)},
+        {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": group.kafka.bootstrap_servers},
+        {"name": "KGO_AUTO_OFFSET_RESET", "value": group.auto_offset_reset},
+    ]
+    if group.kafka.secret_name is not None:
+        env.append({"name": "KGO_KAFKA_CONFIG_DIR", "value": KAFKA_CONFIG_DIR})
+    return env
+
+
+def _with_group_env(
+    container: Mapping[str, Any],
+    env: list[dict[str, Any]],
+    group: consumer_group.ConsumerGroupSpec,
+) -> dict[str, Any]:
+    result = dict(container)
+    own = [item for item in container.get("env") or [] if item.get("name") not in INJECTED_ENV]
+    result["env"] = [*env, *own]
+    if group.kafka.secret_name is not None:
+        mounts = [
+            mount
+            for mount in container.get("volumeMounts") or []
+            if mount.get("name") != KAFKA_CONFIG_VOLUME
+        ]
+        mounts.append(
+            {"name": KAFKA_CONFIG_VOLUME, "mountPath": KAFKA_CONFIG_DIR, "readOnly": True}
+        )
+        result["volumeMounts"] = mounts
+    return result

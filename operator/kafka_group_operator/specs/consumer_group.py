@@ -1,0 +1,166 @@
+"""Typed view of a ConsumerGroup resource and the validation the CRD schema cannot express.
+
+``parse_consumer_group`` turns the raw ``spec`` mapping (as kopf hands it over) into a frozen
+``ConsumerGroupSpec`` with every default applied, or raises ``errors.InvalidSpec``. The
+defaults repeat the CRD's because a resource may reach the operator without the API server's
+defaulting (an older CRD, a test server). Pure: no Kubernetes or Kafka access.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_group_operator.specs import errors
+
+ASSIGNORS = ("cooperative-sticky", "sticky", "range", "roundrobin", "uniform")
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+DELETION_POLICIES = ("Retain", "Delete")
+
+# Kafka's legal characters for topic and group names (Topic.LEGAL_CHARS).
+_KAFKA_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^[^\s,:]+:[0-9]{1,5}$")
+# Pod names are <name>-<ordinal>; the ordinal suffix must still fit a DNS label (63).
+_MAX_NAME_LENGTH = 52
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConnection:
+    bootstrap_servers: str
+    # Secret with librdkafka properties (TLS/SASL), mounted into the consumer pods.
+    secret_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupSpec:
+    """A ConsumerGroup with every default applied; field names follow the CRD."""
+
+    name: str
+    namespace: str
+    group_id: str
+    topics: tuple[str, ...]
+    replicas: int
+    template: Mapping[str, Any]
+    kafka: KafkaConnection
+    assignor: str = "cooperative-sticky"
+    session_timeout_seconds: int = 45
+    rebalance_timeout_seconds: int = 300
+    auto_offset_reset: str = "latest"
+    offsets_retention_minutes: int = 10080
+    deletion_policy: str = "Retain"
+    paused: bool = False
+    # Kept raw: their behaviour belongs to the snapshot/reset handlers.
+    offset_reset: Mapping[str, Any] | None = None
+    snapshots: Mapping[str, Any] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def default_group_id(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}"
+
+
+def parse_consumer_group(
+    name: str, namespace: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
+) -> ConsumerGroupSpec:
+    """Validate ``spec`` and return its typed view; raise ``errors.InvalidSpec`` otherwise."""
+    if len(name) > _MAX_NAME_LENGTH:
+        raise errors.InvalidSpec(
+            f"the name {name!r} is longer than {_MAX_NAME_LENGTH} characters; "
+            "pod names <name>-<ordinal> would not fit a DNS label"
+        )
+    group_id = _string(spec, "groupId", default_group_id(namespace, name))
+    if not _KAFKA_NAME.match(group_id):
+        raise errors.InvalidSpec(f"groupId {group_id!r} is not a legal Kafka group name")
+
+    raw_topics = spec.get("topics")
+    if not isinstance(raw_topics, list) or not raw_topics:
+        raise errors.InvalidSpec("topics must be a non-empty list of topic names")
+    for topic in raw_topics:
+        if not isinstance(topic, str) or not _KAFKA_NAME.match(topic):
+            raise errors.InvalidSpec(f"topic {topic!r} is not a legal Kafka topic name")
+    if len(set(raw_topics)) != len(raw_topics):
+        raise errors.InvalidSpec("topics lists a topic more than once")
+
+    replicas = _integer(spec, "replicas", 1, minimum=0, maximum=10000)
+
+    template = spec.get("template")
+    if not isinstance(template, Mapping):
+        raise errors.InvalidSpec("template (a pod template) is required")
+    pod_spec = template.get("spec")
+    containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+    if not isinstance(containers, list) or not containers:
+        raise errors.InvalidSpec("template.spec.containers must list at least one container")
+
+    kafka = spec.get("kafka")
+    if not isinstance(kafka, Mapping):
+        raise errors.InvalidSpec("kafka.bootstrapServers is required")
+    bootstrap = kafka.get("bootstrapServers")
+    if not isinstance(bootstrap, str) or not all(
+        _HOST_PORT.match(server.strip()) for server in bootstrap.split(",")
+    ):
+        raise errors.InvalidSpec(
+            f"kafka.bootstrapServers {bootstrap!r} must be a comma-separated host:port list"
+        )
+    secret_ref = kafka.get("secretRef")
+    secret_name: str | None = None
+    if secret_ref is not None:
+        if not isinstance(secret_ref, Mapping) or not isinstance(secret_ref.get("name"), str):
+            raise errors.InvalidSpec("kafka.secretRef must name a Secret")
+        secret_name = secret_ref["name"]
+
+    offset_reset = spec.get("offsetReset")
+    snapshots = spec.get("snapshots")
+    return ConsumerGroupSpec(
+        name=name,
+        namespace=namespace,
+        group_id=group_id,
+        topics=tuple(raw_topics),
+        replicas=replicas,
+        template=template,
+        kafka=KafkaConnection(bootstrap_servers=bootstrap, secret_name=secret_name),
+        assignor=_choice(spec, "assignor", ASSIGNORS),
+        session_timeout_seconds=_integer(spec, "sessionTimeoutSeconds", 45, 6, 1800),
+        rebalance_timeout_seconds=_integer(spec, "rebalanceTimeoutSeconds", 300, 1, 3600),
+        auto_offset_reset=_choice(spec, "autoOffsetReset", AUTO_OFFSET_RESETS, "latest"),
+        offsets_retention_minutes=_integer(spec, "offsetsRetentionMinutes", 10080, 1, 5256000),
+        deletion_policy=_choice(spec, "deletionPolicy", DELETION_POLICIES),
+        paused=_boolean(spec, "paused"),
+        offset_reset=offset_reset if isinstance(offset_reset, Mapping) else None,
+        snapshots=snapshots if isinstance(snapshots, Mapping) else None,
+        labels=dict(labels or {}),
+    )
+
+
+def _string(spec: Mapping[str, Any], key: str, default: str) -> str:
+    value = spec.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidSpec(f"{key} must be a non-empty string")
+    return value
+
+
+def _integer(spec: Mapping[str, Any], key: str, default: int, minimum: int, maximum: int) -> int:
+    value = spec.get(key, default)
+    # bool is an int in Python but never a valid count in a resource.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise errors.InvalidSpec(f"{key} must be an integer")
+    if not minimum <= value <= maximum:
+        raise errors.InvalidSpec(f"{key} must be between {minimum} and {maximum}, not {value}")
+    return value
+
+
+def _choice(
+    spec: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str | None = None
+) -> str:
+    value = spec.get(key, default if default is not None else choices[0])
+    if value not in choices:
+        raise errors.InvalidSpec(f"{key} must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def _boolean(spec: Mapping[str, Any], key: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise errors.InvalidSpec(f"{key} must be true or false")
+    return value
