@@ -1,0 +1,123 @@
+"""How a member finds its group, its coordinator and its Kafka cluster.
+
+In a consumer pod everything comes from the environment the operator injects:
+
+==========================  =================================================================
+``KGO_GROUP_ID``            the consumer group id
+``KGO_COORDINATOR_URL``     the operator's member API, e.g. ``http://kafka-group-operator:8080``
+``KGO_GROUP_TOKEN``         the group's bearer token (from the group's Secret)
+``KGO_INSTANCE_ID``         the pod name (downward API): the member's static identity
+``KGO_TOPICS``              comma-separated topic names
+``KAFKA_BOOTSTRAP_SERVERS`` the brokers to fetch from
+``KGO_AUTO_OFFSET_RESET``   ``earliest`` or ``latest``, for partitions without a commit
+``KGO_KAFKA_CONFIG_DIR``    a directory of librdkafka properties, one file per property
+==========================  =================================================================
+
+Outside Kubernetes, build a ``MemberConfig`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Files of a Kubernetes TLS Secret, mounted into the Kafka config directory, and the
+# librdkafka properties that take their paths.
+TLS_FILES = {
+    "ca.crt": "ssl.ca.location",
+    "tls.crt": "ssl.certificate.location",
+    "tls.key": "ssl.key.location",
+}
+AUTO_OFFSET_RESETS = ("earliest", "latest")
+
+
+class ConfigError(ValueError):
+    """The member's configuration is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class MemberConfig:
+    group_id: str
+    coordinator_url: str
+    topics: tuple[str, ...]
+    bootstrap_servers: str
+    token: str | None = None
+    instance_id: str | None = None
+    auto_offset_reset: str = "earliest"
+    # Extra librdkafka properties for the fetching consumer (TLS, SASL, tuning).
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    rack: str | None = None
+    # Generated once per process, as KIP-1082 has clients do.
+    member_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    rebalance_timeout_ms: int = 60_000
+    commit_interval_ms: int = 5_000
+    # Without a successful heartbeat for this long, the member assumes it has been fenced
+    # and stops processing its partitions (no zombie work). Keep it at or below the group's
+    # session timeout.
+    lost_after_ms: int = 45_000
+    request_timeout_s: float = 10.0
+    poll_timeout_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ConfigError("group_id is required")
+        if not self.coordinator_url.startswith(("http://", "https://")):
+            raise ConfigError(f"coordinator_url must be an http(s) URL: {self.coordinator_url!r}")
+        if not self.topics or not all(self.topics):
+            raise ConfigError("at least one topic is required")
+        if not self.bootstrap_servers:
+            raise ConfigError("bootstrap_servers is required")
+        if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
+            raise ConfigError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}")
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> MemberConfig:
+        """The configuration the operator injects into consumer pods; ``overrides`` win."""
+        env = os.environ if environ is None else environ
+
+        def required(name: str) -> str:
+            value = env.get(name, "").strip()
+            if not value:
+                raise ConfigError(f"environment variable {name} is not set")
+            return value
+
+        config_dir = env.get("KGO_KAFKA_CONFIG_DIR", "").strip()
+        values: dict[str, object] = {
+            "group_id": required("KGO_GROUP_ID"),
+            "coordinator_url": required("KGO_COORDINATOR_URL"),
+            "topics": tuple(
+                topic.strip() for topic in required("KGO_TOPICS").split(",") if topic.strip()
+            ),
+            "bootstrap_servers": required("KAFKA_BOOTSTRAP_SERVERS"),
+            "token": env.get("KGO_GROUP_TOKEN") or None,
+            "instance_id": env.get("KGO_INSTANCE_ID") or None,
+            "auto_offset_reset": env.get("KGO_AUTO_OFFSET_RESET") or "earliest",
+            "kafka_config": read_kafka_config_dir(Path(config_dir)) if config_dir else {},
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def read_kafka_config_dir(directory: Path) -> dict[str, str]:
+    """librdkafka properties from a mounted Secret: one file per property.
+
+    A file's name is the property and its content the value, except TLS files (``ca.crt``,
+    ``tls.crt``, ``tls.key``) whose *path* is given to librdkafka. Kubernetes adds hidden
+    ``..data`` entries to mounted volumes; those are skipped.
+    """
+    if not directory.is_dir():
+        raise ConfigError(f"KGO_KAFKA_CONFIG_DIR {directory} is not a directory")
+    properties: dict[str, str] = {}
+    for entry in sorted(directory.iterdir()):
+        if entry.name.startswith(".") or not entry.is_file():
+            continue
+        if entry.name in TLS_FILES:
+            properties[TLS_FILES[entry.name]] = str(entry)
+        else:
+            properties[entry.name] = entry.read_text().strip()
+    return properties

@@ -1,0 +1,496 @@
+"""``GroupMember``: a consumer that follows the coordinator instead of a broker-side group.
+
+Theory of operation. Three threads share one small, locked state:
+
+* the **heartbeat thread** talks to the coordinator every ``heartbeatIntervalMs`` (sooner
+  when ownership changed) and records the assignment each reply brings as the *target*;
+* the **consumer thread** (the caller's, iterating or running a handler) reconciles the
+  confluent-kafka ``Consumer`` towards the target between two messages: it first drops
+  partitions it *lost*, then *revokes* (commit what was processed, ``incremental_unassign``,
+  stop reporting the partition), then *assigns* (fetch committed offsets from the
+  coordinator, ``incremental_assign`` at them, or at ``auto.offset.reset`` without one);
+* the **commit thread** sends asynchronous commits.
+
+The coordinator gives a partition to a new owner only after the previous owner stopped
+reporting it, so revoking first and reporting at once is what makes a rebalance fast.
+
+Ownership is a frozenset swapped under the lock; every message is checked against it before
+it is handed out. When the coordinator fences the member (``FENCED_MEMBER_EPOCH``,
+``UNKNOWN_MEMBER_ID``), or cannot be reached for ``lost_after_ms``, the heartbeat thread
+empties it at once, so not a single further message of a lost partition is processed; the
+member then rejoins with epoch 0. ``FENCED_INSTANCE_ID`` (another live process has our
+identity) is fatal, as in Kafka.
+
+Stopping (``stop()``, or SIGTERM after ``install_signal_handlers()``): no further message is
+handed out, the one in flight finishes, processed offsets are committed, and the member
+leaves with epoch -2 (static: it keeps its partitions for the session timeout, so a restart
+gets them back) or -1 when asked to leave for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.member import client, config
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+Partitions = frozenset[TopicPartition]
+PartitionsCallback = Callable[[Partitions], None]
+CommitCallback = Callable[[Mapping[TopicPartition, int], Mapping[TopicPartition, str]], None]
+
+# Errors after which the member starts over with epoch 0 (KIP-848 fencing).
+REJOIN_ERRORS = (errors.FencedMemberEpoch, errors.UnknownMemberId)
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+
+class MemberError(Exception):
+    """The member cannot go on (fenced instance id, refused token, invalid request)."""
+
+
+def _flatten(assignment: Mapping[str, Any]) -> Partitions:
+    return frozenset((topic, int(p)) for topic, parts in assignment.items() for p in parts)
+
+
+def _grouped(partitions: Partitions) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
+class GroupMember:
+    """A member of a coordinator-managed group: iterate it, or ``run(handler)``.
+
+    >>> with GroupMember(MemberConfig.from_env()) as member:   # doctest: +SKIP
+    ...     member.install_signal_handlers()
+    ...     for message in member:
+    ...         handle(message)           # the offset counts as processed on the next one
+    """
+
+    def __init__(
+        self,
+        member_config: config.MemberConfig,
+        *,
+        on_assigned: PartitionsCallback | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
+        on_commit: CommitCallback | None = None,
+    ) -> None:
+        self.config = member_config
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self._on_commit = on_commit
+        self._client = client.CoordinatorClient(
+            member_config.coordinator_url,
+            member_config.group_id,
+            member_config.token,
+            member_config.request_timeout_s,
+        )
+        self._lock = threading.Lock()
+        # Shared state, guarded by _lock.
+        self._epoch = messages.JOIN_EPOCH
+        self._interval_s = 1.0
+        self._owned: Partitions = frozenset()
+        self._target: Partitions | None = None
+        self._lost: Partitions = frozenset()
+        self._generation = 0  # bumped whenever ownership is lost, to void in-flight assigns
+        self._processed: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._fatal: BaseException | None = None
+        self._last_heartbeat_ok = time.monotonic()
+        # Consumer-thread state.
+        self._assigned: Partitions = frozenset()
+        self._consumer: Consumer | None = None
+        self._next_interval_commit = 0.0
+        # Signalling.
+        self._stopping = threading.Event()
+        self._permanent = False
+        self._closed = threading.Event()
+        self._wake = threading.Event()
+        self._reconcile_needed = threading.Event()
+        self._commits: queue.Queue[Callable[[], object] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    # ----------------------------------------------------------------------------- public
+
+    @property
+    def member_id(self) -> str:
+        return self.config.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        with self._lock:
+            return self._epoch
+
+    @property
+    def assignment(self) -> Partitions:
+        """The partitions this member owns and processes right now."""
+        return self._owned
+
+    def __enter__(self) -> GroupMember:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages of owned partitions; each counts as processed when the next is asked for."""
+        self._start()
+        in_flight: Message | None = None
+        try:
+            while not self._stopping.is_set():
+                if in_flight is not None:
+                    self._mark_processed(in_flight)
+                    in_flight = None
+                message = self._poll_once()
+                if message is not None:
+                    in_flight = message
+                    yield message
+            if in_flight is not None:
+                self._mark_processed(in_flight)
+        finally:
+            self.close()
+
+    def run(self, handler: Callable[[Message], None]) -> None:
+        """Call ``handler`` for every message until ``stop()``; it commits as it goes."""
+        for message in self:
+            handler(message)
+
+    def stop(self, permanent: bool = False) -> None:
+        """Ask the member to stop after the message in flight (safe from signal handlers).
+
+        ``permanent`` leaves the group for good (epoch -1), so the partitions move at once;
+        otherwise a static member leaves temporarily (epoch -2) and gets them back when it
+        restarts within the session timeout.
+        """
+        self._permanent = self._permanent or permanent
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the member cleanly (call from the main thread)."""
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    def commit(
+        self, asynchronous: bool = False, partitions: Partitions | None = None
+    ) -> dict[TopicPartition, str]:
+        """Commit processed offsets through the coordinator.
+
+        Synchronously it returns the partitions that failed with their Kafka error names;
+        asynchronously it returns ``{}`` at once and reports through ``on_commit``.
+        """
+        if asynchronous:
+            self._commits.put(lambda: self._commit_now(partitions))
+            return {}
+        return self._commit_now(partitions)
+
+    def close(self) -> None:
+        """Commit, leave the group and release the consumer; idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._stopping.set()
+        self._wake.set()
+        if self._started:
+            self._commits.put(None)
+            for thread in self._threads:
+                thread.join()
+            try:
+                self._commit_now(None)
+            except errors.CoordinatorError as error:
+                logger.warning("final commit failed: %s", error)
+            self._leave()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._client.close()
+
+    # --------------------------------------------------------------------- consumer thread
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        if self._closed.is_set():
+            raise MemberError("this member was closed; create a new one")
+        self._started = True
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self.config.bootstrap_servers,
+            # librdkafka insists on a group id, but no broker-side group is ever joined:
+            # partitions are assigned by hand and offsets go to the coordinator.
+            "group.id": f"{self.config.group_id}.kgo-fetcher",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": self.config.auto_offset_reset,
+            "client.id": self.config.instance_id or self.member_id,
+            **self.config.kafka_config,
+        }
+        self._consumer = Consumer(settings)
+        self._next_interval_commit = time.monotonic() + self.config.commit_interval_ms / 1000
+        self._threads = [
+            threading.Thread(target=self._heartbeat_loop, name="kgo-heartbeat", daemon=True),
+            threading.Thread(target=self._commit_loop, name="kgo-commit", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _poll_once(self) -> Message | None:
+        if self._fatal is not None:
+            raise MemberError(str(self._fatal)) from self._fatal
+        if self._reconcile_needed.is_set():
+            self._reconcile()
+        now = time.monotonic()
+        if now >= self._next_interval_commit:
+            self._next_interval_commit = now + self.config.commit_interval_ms / 1000
+            self.commit(asynchronous=True)
+        assert self._consumer is not None
+        if not self._assigned:
+            # Nothing to fetch: wait for an assignment instead of spinning on poll.
+            self._reconcile_needed.wait(self.config.poll_timeout_s)
+            return None
+        message = self._consumer.poll(self.config.poll_timeout_s)
+        if message is None:
+            return None
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                logger.warning("fetch error: %s", error)
+            return None
+        # The ownership check that keeps a lost or revoked partition from being processed.
+        if (message.topic(), message.partition()) not in self._owned:
+            return None
+        return message
+
+    def _mark_processed(self, message: Message) -> None:
+        partition = (message.topic(), message.partition())
+        offset = message.offset()
+        with self._lock:
+            if partition in self._owned and offset is not None:
+                self._processed[partition] = offset + 1
+
+    def _reconcile(self) -> None:
+        self._reconcile_needed.clear()
+        assert self._consumer is not None
+        with self._lock:
+            target, lost, generation = self._target, self._lost, self._generation
+            self._lost = frozenset()
+        lost &= self._assigned
+        if lost:
+            # Already removed from ownership by the heartbeat thread: release without commit
+            # (the coordinator would refuse it, and the next owner may be working already).
+            self._consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in lost])
+            self._assigned -= lost
+            logger.info("lost %d partition(s): %s", len(lost), _grouped(lost))
+            if self._on_lost is not None:
+                self._on_lost(lost)
+        if target is None:
+            return
+        revoked = self._assigned - target
+        if revoked:
+            self._revoke(revoked)
+        added = target - self._assigned
+        if added:
+            self._assign(added, generation)
+
+    def _revoke(self, revoked: Partitions) -> None:
+        assert self._consumer is not None
+        try:
+            failed = self._commit_now(revoked)
+            if failed:
+                logger.warning("commit on revoke failed for %s", failed)
+        except errors.CoordinatorError as error:
+            logger.warning("commit on revoke failed: %s", error)
+        if self._on_revoked is not None:
+            self._on_revoked(revoked)
+        self._consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in revoked])
+        self._assigned -= revoked
+        with self._lock:
+            self._owned -= revoked
+            for partition in revoked:
+                self._processed.pop(partition, None)
+                self._committed.pop(partition, None)
+        logger.info("revoked %d partition(s): %s", len(revoked), _grouped(revoked))
+        # Report the release at once: the next owner is waiting for it.
+        self._wake.set()
+
+    def _assign(self, added: Partitions, generation: int) -> None:
+        assert self._consumer is not None
+        with self._lock:
+            epoch = self._epoch
+        try:
+            committed = self._client.fetch(added, self.member_id, epoch)
+        except errors.CoordinatorError as error:
+            # Try again on the next reconcile; the heartbeat keeps the target.
+            logger.warning("cannot fetch committed offsets yet: %s", error)
+            self._reconcile_needed.set()
+            time.sleep(BACKOFF_INITIAL_S)
+            return
+        self._consumer.incremental_assign(
+            [KafkaTopicPartition(t, p, committed.get((t, p), OFFSET_INVALID)) for t, p in added]
+        )
+        self._assigned |= added
+        with self._lock:
+            if self._generation != generation:
+                # Fenced while we were fetching: these are lost already.
+                self._lost |= added
+                self._reconcile_needed.set()
+                return
+            self._owned |= added
+            for partition in added:
+                if partition in committed:
+                    self._committed[partition] = committed[partition]
+        logger.info("assigned %d partition(s): %s", len(added), _grouped(added))
+        if self._on_assigned is not None:
+            self._on_assigned(added)
+        self._wake.set()
+
+    # ------------------------------------------------------------------------------ commits
+
+    def _commit_now(self, partitions: Partitions | None) -> dict[TopicPartition, str]:
+        with self._lock:
+            epoch = self._epoch
+            pending = {
+                partition: offset
+                for partition, offset in self._processed.items()
+                if partition in self._owned
+                and (partitions is None or partition in partitions)
+                and self._committed.get(partition) != offset
+            }
+        if not pending or epoch <= 0:
+            return {}
+        failed = self._client.commit(self.member_id, epoch, pending)
+        with self._lock:
+            for partition, offset in pending.items():
+                if partition not in failed and self._committed.get(partition, -1) < offset:
+                    self._committed[partition] = offset
+        if self._on_commit is not None:
+            self._on_commit(pending, failed)
+        return failed
+
+    def _commit_loop(self) -> None:
+        while True:
+            job = self._commits.get()
+            if job is None:
+                return
+            try:
+                job()
+            except errors.CoordinatorError as error:
+                logger.warning("asynchronous commit failed: %s", error)
+
+    # ---------------------------------------------------------------------------- heartbeat
+
+    def _heartbeat_body(self, epoch: int, owned: Partitions) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "memberId": self.member_id,
+            "memberEpoch": epoch,
+            "instanceId": self.config.instance_id,
+            "rack": self.config.rack,
+            "ownedPartitions": _grouped(owned),
+        }
+        if epoch == messages.JOIN_EPOCH:
+            body["subscribedTopicNames"] = list(self.config.topics)
+            body["rebalanceTimeoutMs"] = self.config.rebalance_timeout_ms
+            body["clientId"] = self.config.instance_id or self.member_id
+        return body
+
+    def _heartbeat_loop(self) -> None:
+        backoff = BACKOFF_INITIAL_S
+        while not self._stopping.is_set():
+            # Cleared before reading the state, so a change made while the request is in
+            # flight wakes the next heartbeat at once.
+            self._wake.clear()
+            with self._lock:
+                epoch, owned = self._epoch, self._owned
+            try:
+                reply = self._client.heartbeat(self._heartbeat_body(epoch, owned))
+            except REJOIN_ERRORS as error:
+                logger.warning("fenced (%s): dropping partitions and rejoining", error.name)
+                self._lose_everything()
+                continue
+            except (errors.FencedInstanceId, errors.GroupAuthorizationFailed) as error:
+                self._fail(error)
+                return
+            except errors.CoordinatorError as error:
+                if not error.retriable:
+                    self._fail(error)
+                    return
+                if time.monotonic() - self._last_heartbeat_ok > self.config.lost_after_ms / 1000:
+                    logger.warning(
+                        "no heartbeat for %d ms: dropping partitions", self.config.lost_after_ms
+                    )
+                    self._lose_everything()
+                logger.info("heartbeat failed (%s), retrying in %.1fs", error.name, backoff)
+                self._wake.wait(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            backoff = BACKOFF_INITIAL_S
+            self._apply_reply(reply, epoch)
+            self._wake.wait(self._interval_s)
+
+    def _apply_reply(self, reply: Mapping[str, Any], sent_epoch: int) -> None:
+        with self._lock:
+            self._last_heartbeat_ok = time.monotonic()
+            self._epoch = int(reply["memberEpoch"])
+            self._interval_s = max(int(reply["heartbeatIntervalMs"]), 10) / 1000
+            assignment = reply.get("assignment")
+            if assignment is not None:
+                target = _flatten(assignment)
+                if target != self._target:
+                    self._target = target
+                    self._reconcile_needed.set()
+
+    def _lose_everything(self) -> None:
+        with self._lock:
+            lost = self._owned | (self._target or frozenset())
+            self._owned = frozenset()
+            self._lost |= lost
+            self._target = frozenset()
+            self._processed.clear()
+            self._committed.clear()
+            self._epoch = messages.JOIN_EPOCH
+            self._generation += 1
+            self._last_heartbeat_ok = time.monotonic()
+        self._reconcile_needed.set()
+        if self._on_lost is None and lost:
+            logger.warning("stopped processing %d lost partition(s)", len(lost))
+
+    def _fail(self, error: BaseException) -> None:
+        logger.error("member cannot continue: %s", error)
+        with self._lock:
+            self._fatal = error
+            self._owned = frozenset()
+        self._reconcile_needed.set()
+
+    def _leave(self) -> None:
+        with self._lock:
+            epoch = self._epoch
+            self._owned = frozenset()
+        if epoch <= 0 or self._fatal is not None:
+            return
+        static = self.config.instance_id is not None and not self._permanent
+        leave_epoch = messages.STATIC_LEAVE_EPOCH if static else messages.LEAVE_EPOCH
+        try:
+            self._client.heartbeat(self._heartbeat_body(leave_epoch, frozenset()))
+        except errors.CoordinatorError as error:
+            logger.warning("leave heartbeat failed: %s", error)
