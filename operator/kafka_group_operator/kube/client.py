@@ -1,0 +1,207 @@
+"""The operator's Kubernetes API client: raw JSON objects over ``kubernetes_asyncio``.
+
+Every Kubernetes call of the operator goes through ``KubeClient``; the handlers never talk to
+the API themselves. It is configured from the same credentials kopf logs in with
+(``Credentials``, filled by the login handler), so the operator and kopf always reach the same
+API server, whether in a cluster, through a kubeconfig or in tests. Objects are plain dicts,
+exactly as the API serves them: the builders in ``manifests`` produce dicts too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from kubernetes_asyncio import client as kube_client
+
+from kafka_group_operator.kube import errors
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """How to reach the API server (a copy of kopf's ``ConnectionInfo`` fields we use)."""
+
+    server: str
+    ca_path: str | None = None
+    ca_data: bytes | None = None
+    insecure: bool = False
+    token: str | None = None
+    certificate_path: str | None = None
+    private_key_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """Where a kind lives in the API: ``/api/v1`` or ``/apis/<group>/<version>``."""
+
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace is not None:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+        if sub is not None:
+            base += f"/{sub}"
+        return base
+
+
+STATEFUL_SETS = Kind("apps", "v1", "statefulsets")
+SERVICES = Kind("", "v1", "services")
+SECRETS = Kind("", "v1", "secrets")
+PODS = Kind("", "v1", "pods")
+CONSUMER_GROUPS = Kind("kafkagroups.io", "v1alpha1", "consumergroups")
+OFFSET_SNAPSHOTS = Kind("kafkagroups.io", "v1alpha1", "offsetsnapshots")
+
+
+class KubeClient:
+    """Async CRUD on raw objects; errors become ``errors.KubeError`` subclasses."""
+
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        self._api: Any = None
+        self._ca_file: Any = None
+        self._retired: list[Any] = []
+        if credentials is not None:
+            self.configure(credentials)
+
+    def configure(self, credentials: Credentials) -> None:
+        """(Re)build the underlying client for ``credentials`` (called on every kopf login)."""
+        configuration = kube_client.Configuration(host=credentials.server.rstrip("/"))
+        configuration.verify_ssl = not credentials.insecure
+        if credentials.ca_path:
+            configuration.ssl_ca_cert = credentials.ca_path
+        elif credentials.ca_data:
+            # The client reads a CA only from a file; keep it for the client's lifetime.
+            self._ca_file = tempfile.NamedTemporaryFile(suffix=".crt")  # noqa: SIM115
+            self._ca_file.write(credentials.ca_data)
+            self._ca_file.flush()
+            configuration.ssl_ca_cert = self._ca_file.name
+        if credentials.token:
+            configuration.api_key = {"BearerToken": credentials.token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        configuration.cert_file = credentials.certificate_path
+        configuration.key_file = credentials.private_key_path
+        if self._api is not None:
+            # Calls in flight may still use it; it is closed with this client.
+            self._retired.append(self._api)
+        self._api = kube_client.ApiClient(configuration)
+
+    @property
+    def configured(self) -> bool:
+        return self._api is not None
+
+    async def close(self) -> None:
+        for api in [*self._retired, self._api]:
+            if api is not None:
+                await api.close()
+        self._retired.clear()
+        self._api = None
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON:
+        return await self._call("GET", kind.path(namespace, name))
+
+    async def get_or_none(self, kind: Kind, namespace: str | None, name: str) -> JSON | None:
+        try:
+            return await self.get(kind, namespace, name)
+        except errors.NotFound:
+            return None
+
+    async def list(
+        self, kind: Kind, namespace: str | None, labels: Mapping[str, str] | None = None
+    ) -> list[JSON]:
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else {}
+        listing = await self._call("GET", kind.path(namespace), query=query)
+        items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
+        # Filter here as well: the selector is advisory for some API servers (and test mocks).
+        if labels:
+            items = [
+                item
+                for item in items
+                if all(
+                    (item.get("metadata", {}).get("labels") or {}).get(k) == v
+                    for k, v in labels.items()
+                )
+            ]
+        return items
+
+    async def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> JSON:
+        return await self._call("POST", kind.path(namespace), body=dict(body))
+
+    async def patch(
+        self, kind: Kind, namespace: str | None, name: str, patch: Mapping[str, Any]
+    ) -> JSON:
+        """A JSON merge patch (RFC 7386): maps merge, lists are replaced."""
+        return await self._call(
+            "PATCH", kind.path(namespace, name), body=dict(patch), content_type=MERGE_PATCH
+        )
+
+    async def delete(self, kind: Kind, namespace: str | None, name: str) -> None:
+        try:
+            await self._call("DELETE", kind.path(namespace, name))
+        except errors.NotFound:
+            return
+
+    async def kind_exists(self, kind: Kind) -> bool:
+        """Whether the API serves ``kind`` (e.g. whether a CRD is installed)."""
+        version = f"/api/{kind.version}" if not kind.group else f"/apis/{kind.group}/{kind.version}"
+        try:
+            listing = await self._call("GET", version)
+        except errors.NotFound:
+            return False
+        return any(item.get("name") == kind.plural for item in listing.get("resources") or [])
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: JSON | None = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        if self._api is None:
+            raise errors.Unreachable("the Kubernetes client is not configured yet (no login)")
+        if query:
+            path = f"{path}?{urlencode(query)}"
+        try:
+            data = await self._api.call_api(
+                path,
+                method,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                _return_http_data_only=True,
+            )
+        except kube_client.ApiException as error:
+            raise _wrap(error, method, path) from error
+        except (TimeoutError, OSError, aiohttp.ClientError) as error:
+            raise errors.Unreachable(f"{method} {path}: {error}") from error
+        return data if isinstance(data, dict) else {}
+
+
+def _wrap(error: Any, method: str, path: str) -> errors.KubeError:
+    status = int(error.status or 0)
+    detail = str(error.reason or "")
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        detail = json.loads(error.body or "{}").get("message") or detail
+    message = f"{method} {path}: HTTP {status} {detail}".strip()
+    if status == 404:
+        return errors.NotFound(message, status)
+    if status == 409:
+        return errors.Conflict(message, status)
+    if status == 0:
+        return errors.Unreachable(message, status)
+    return errors.KubeError(message, status)
