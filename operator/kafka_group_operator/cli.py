@@ -15,6 +15,9 @@ from collections.abc import Sequence
 # subcommand -> module under kafka_group_operator.commands
 COMMANDS: dict[str, str] = {
     "assign": "assign",
+    "coordinator": "coordinator",
+    "demo": "demo",
+    "describe": "describe",
 }
 
 

@@ -1,0 +1,124 @@
+"""``kgo coordinator``: the coordinator runtime and its member API, without Kubernetes.
+
+For local use, the demo, the multi-process tests and the benchmarks. Group settings that the
+operator would take from a ConsumerGroup resource come from ``--groups FILE`` instead, a JSON
+object ``{group: {"sessionTimeoutMs": ..., "heartbeatIntervalMs": ..., "assignor": ...,
+"rebalanceTimeoutMs": ..., "offsetsRetentionMs": ..., "topics": [...]}}``. Without
+``--tokens FILE`` the API runs unauthenticated, which is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from kafka_group_operator.api import app as api_app
+from kafka_group_operator.api import tokens
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.runtime import coordinator_runtime
+
+logger = logging.getLogger("kgo.coordinator")
+
+# JSON field of --groups -> GroupSettings attribute
+GROUP_SETTING_FIELDS = {
+    "assignor": "assignor",
+    "sessionTimeoutMs": "session_timeout_ms",
+    "rebalanceTimeoutMs": "rebalance_timeout_ms",
+    "heartbeatIntervalMs": "heartbeat_interval_ms",
+    "offsetsRetentionMs": "offsets_retention_ms",
+    "topics": "topics",
+}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "coordinator", help="run the group coordinator and its member API standalone"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+        required="KAFKA_BOOTSTRAP_SERVERS" not in os.environ,
+        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="port of the member API")
+    parser.add_argument("--topic", default="kafka-group-operator.group-state")
+    parser.add_argument("--partitions", type=int, default=50)
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--min-insync-replicas", type=int, default=1)
+    parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
+    parser.add_argument("--groups", type=Path, help="JSON file {group: settings}")
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(func=run)
+
+
+def read_group_settings(path: Path) -> list[messages.GroupSettings]:
+    loaded = json.loads(path.read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} must hold a JSON object {{group: settings}}")
+    settings = []
+    for group, fields in loaded.items():
+        if not isinstance(fields, dict):
+            raise ValueError(f"settings of group {group!r} must be an object")
+        unknown = set(fields) - set(GROUP_SETTING_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown settings for group {group!r}: {sorted(unknown)}")
+        values = {GROUP_SETTING_FIELDS[name]: value for name, value in fields.items()}
+        if "topics" in values:
+            values["topics"] = tuple(values["topics"])
+        settings.append(messages.GroupSettings(group_id=group, **values))
+    return settings
+
+
+async def serve(args: argparse.Namespace) -> None:
+    token_store: tokens.GroupTokens | None = None
+    if args.tokens is not None:
+        token_store = tokens.GroupTokens.from_file(args.tokens)
+    else:
+        logger.warning("no --tokens file: the member API accepts requests without a token")
+    group_settings = read_group_settings(args.groups) if args.groups is not None else []
+    runtime = coordinator_runtime.CoordinatorRuntime(
+        coordinator_runtime.RuntimeConfig(
+            bootstrap_servers=args.bootstrap,
+            topic=args.topic,
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+            min_insync_replicas=args.min_insync_replicas,
+        )
+    )
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopped.set)
+    runner = web.AppRunner(api_app.build_app(runtime, token_store), access_log=None)
+    await runner.setup()
+    try:
+        await runtime.start()
+        for settings in group_settings:
+            await runtime.configure_group(settings)
+        # Listen only once the runtime runs: requests before that would have nowhere to go.
+        await web.TCPSite(runner, args.host, args.port).start()
+        logger.info("member API on http://%s:%d (state topic %s)", args.host, args.port, args.topic)
+        print(f"listening on http://{args.host}:{args.port}", flush=True)
+        await stopped.wait()
+    finally:
+        await runner.cleanup()
+        with contextlib.suppress(Exception):
+            await runtime.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(serve(args))
+    return 0

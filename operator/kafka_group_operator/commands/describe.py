@@ -1,0 +1,90 @@
+"""``kgo describe GROUP --coordinator URL``: print a group as its coordinator sees it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kafka_group_operator.coordinator import errors
+from kafka_group_operator.member import client
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "describe", help="describe a consumer group: state, epochs, members, partitions, lag"
+    )
+    parser.add_argument("group", help="the consumer group id")
+    parser.add_argument(
+        "--coordinator",
+        default=os.environ.get("KGO_COORDINATOR_URL", "http://127.0.0.1:8080"),
+        help="the member API URL (default: $KGO_COORDINATOR_URL or http://127.0.0.1:8080)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("KGO_GROUP_TOKEN"),
+        help="the group's bearer token (default: $KGO_GROUP_TOKEN)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the raw JSON description")
+    parser.set_defaults(func=run)
+
+
+def compact_partitions(assignment: Mapping[str, Sequence[int]]) -> str:
+    """``{"orders": [0, 1, 2, 5]}`` as ``orders[0-2,5]``."""
+    parts = []
+    for topic, partitions in sorted(assignment.items()):
+        ranges: list[str] = []
+        for partition in sorted(partitions):
+            if ranges and ranges[-1].split("-")[-1] == str(partition - 1):
+                ranges[-1] = f"{ranges[-1].split('-')[0]}-{partition}"
+            else:
+                ranges.append(str(partition))
+        parts.append(f"{topic}[{','.join(ranges)}]")
+    return " ".join(parts) or "-"
+
+
+def render(description: Mapping[str, Any]) -> str:
+    """A readable table of a group description (the member API's JSON)."""
+    lag_by_partition = {(e["topic"], e["partition"]): e["lag"] for e in description["lag"]}
+    lines = [
+        f"group {description['groupId']}  state {description['state']}  "
+        f"epoch {description['groupEpoch']} (assignment {description['assignmentEpoch']})  "
+        f"assignor {description['assignor']}  total lag {description['totalLag']}",
+        f"{'INSTANCE':<22} {'EPOCH':>5} {'STATE':<22} {'#':>3} {'LAG':>7}  PARTITIONS",
+    ]
+    members = sorted(description["members"], key=lambda m: m["instanceId"] or m["memberId"])
+    for member in members:
+        owned = member["assignment"]
+        lag = sum(
+            max(lag_by_partition.get((topic, p), 0), 0)
+            for topic, partitions in owned.items()
+            for p in partitions
+        )
+        pending = member["partitionsPendingRevocation"]
+        partitions = compact_partitions(owned) + (
+            f"  revoking {compact_partitions(pending)}" if pending else ""
+        )
+        lines.append(
+            f"{(member['instanceId'] or member['memberId'])[:22]:<22} "
+            f"{member['memberEpoch']:>5} {member['state'][:22]:<22} "
+            f"{sum(len(p) for p in owned.values()):>3} {lag:>7}  {partitions}"
+        )
+    if not members:
+        lines.append("(no members)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    coordinator = client.CoordinatorClient(args.coordinator, args.group, args.token)
+    try:
+        description = coordinator.describe()
+    except errors.CoordinatorError as error:
+        print(f"kgo describe: {error.name}: {error.message}", file=sys.stderr)
+        return 1
+    finally:
+        coordinator.close()
+    print(json.dumps(description, indent=2) if args.json else render(description))
+    return 0
