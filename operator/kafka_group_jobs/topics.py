@@ -1,0 +1,205 @@
+"""Kafka I/O of the jobs through confluent-kafka: log ends, offset bounds, producing records.
+
+**Finding the end of a state partition.** A job must read every record up to a fixed point,
+and the high watermark cannot be that point: some brokers (tansu, our test broker) report a
+wrong one after batched produces, and the coordinator keeps appending while a job runs. So
+``mark_ends`` appends one load marker (key version 1100, one key per partition, so compaction
+keeps only the newest) to every partition with ``acks=all`` and takes the offset the broker
+gives it: everything before the marker is covered, and that range is exact on any broker.
+The runtime's loader finds its end the same way.
+
+The data topics' bounds (``earliest``/``latest``) come from ``get_watermark_offsets``: there
+the high watermark is the only standard answer. On tansu it is exact only for unbatched
+produces, which the tests use.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from kafka_group_records import codec, records
+
+
+class TopicError(RuntimeError):
+    """A Kafka call of a job failed (the original error is chained)."""
+
+
+def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    config.update(extra or {})
+    return config
+
+
+def reader_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A consumer that only ever ``assign``s: no group, no commits."""
+    config = client_config(bootstrap, extra)
+    config.update(
+        {
+            "group.id": "kafka-group-jobs",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    return config
+
+
+def partition_count(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None) -> int:
+    consumer = Consumer(reader_config(bootstrap, extra))
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+    except KafkaException as error:
+        raise TopicError(f"cannot describe topic {topic!r}: {error}") from error
+    finally:
+        consumer.close()
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        raise TopicError(f"topic {topic!r} does not exist")
+    return len(described.partitions)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages: Iterable[tuple[int, bytes, bytes | None]],
+    extra: Mapping[str, str] | None = None,
+) -> dict[int, int]:
+    """Writes ``(partition, key, value)`` messages durably; returns the last offset per partition."""
+    config = client_config(bootstrap, extra)
+    config.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(config)
+    last: dict[int, int] = {}
+    failures: list[str] = []
+
+    def delivered(error: KafkaError | None, message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+        else:
+            partition = message.partition()
+            last[partition] = max(last.get(partition, -1), message.offset())
+
+    for partition, key, value in messages:
+        while True:
+            try:
+                producer.produce(topic, value, key, partition=partition, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if remaining or failures:
+        raise TopicError(f"{remaining} undelivered, errors: {failures[:3]}")
+    return last
+
+
+def mark_ends(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None) -> dict[int, int]:
+    """Appends a load marker to every partition; returns each marker's offset (= covered end)."""
+    nonce = uuid.uuid4().hex
+    marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, now_ms()))
+    key, value = codec.encode_record(marker)
+    count = partition_count(bootstrap, topic, extra)
+    return produce(bootstrap, topic, ((p, key, value) for p in range(count)), extra)
+
+
+def earliest_offsets(
+    bootstrap: str, topic: str, partitions: Iterable[int], extra: Mapping[str, str] | None = None
+) -> dict[int, int]:
+    bounds = watermarks(bootstrap, [(topic, p) for p in partitions], extra)
+    return {partition: low for (_, partition), (low, _) in bounds.items()}
+
+
+def watermarks(
+    bootstrap: str,
+    topic_partitions: Iterable[tuple[str, int]],
+    extra: Mapping[str, str] | None = None,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(earliest, latest)`` offsets of each partition."""
+    consumer = Consumer(reader_config(bootstrap, extra))
+    try:
+        return {
+            (topic, partition): consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10, cached=False
+            )
+            for topic, partition in topic_partitions
+        }
+    except KafkaException as error:
+        raise TopicError(f"cannot read offsets: {error}") from error
+    finally:
+        consumer.close()
+
+
+def topic_partitions(
+    bootstrap: str, topics: Iterable[str], extra: Mapping[str, str] | None = None
+) -> list[tuple[str, int]]:
+    """Every partition of the given topics that exist (missing topics are left out)."""
+    consumer = Consumer(reader_config(bootstrap, extra))
+    try:
+        found: list[tuple[str, int]] = []
+        for topic in topics:
+            described = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if described is None or described.error is not None:
+                continue
+            found.extend((topic, partition) for partition in sorted(described.partitions))
+        return found
+    except KafkaException as error:
+        raise TopicError(f"cannot list partitions: {error}") from error
+    finally:
+        consumer.close()
+
+
+def offsets_for_time(
+    bootstrap: str,
+    topic_partitions: Iterable[tuple[str, int]],
+    timestamp_ms: int,
+    extra: Mapping[str, str] | None = None,
+) -> dict[tuple[str, int], int | None]:
+    """First offset at or after ``timestamp_ms`` per partition (None when nothing is that new)."""
+    consumer = Consumer(reader_config(bootstrap, extra))
+    wanted = [TopicPartition(topic, p, timestamp_ms) for topic, p in topic_partitions]
+    try:
+        found = consumer.offsets_for_times(wanted, timeout=10) if wanted else []
+    except KafkaException as error:
+        raise TopicError(f"cannot look offsets up by time: {error}") from error
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+
+def read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, stall_s: float = 30.0
+) -> Iterable[list[Any]]:
+    """Messages of ``[start, end)`` in batches, on an already created consumer.
+
+    Raises ``TopicError`` when the broker hands out nothing for ``stall_s`` seconds before the
+    end is reached: the range was promised by ``mark_ends``, so silence means trouble.
+    """
+    consumer.assign([TopicPartition(topic, partition, start)])
+    position = start
+    quiet_since = time.monotonic()
+    while position < end:
+        batch = consumer.consume(num_messages=10_000, timeout=0.5)
+        wanted = []
+        for message in batch:
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise TopicError(f"reading {topic}[{partition}]: {message.error()}")
+            offset = message.offset()
+            if start <= offset < end:
+                wanted.append(message)
+            position = max(position, offset + 1)
+        if wanted:
+            quiet_since = time.monotonic()
+            yield wanted
+        elif time.monotonic() - quiet_since > stall_s:
+            raise TopicError(f"{topic}[{partition}] stalled at {position} before {end}")
+    consumer.unassign()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
