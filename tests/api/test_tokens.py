@@ -1,0 +1,61 @@
+"""Per-group tokens: a group's token works for that group only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kafka_group_operator.api import tokens
+from kafka_group_operator.coordinator import errors
+
+
+def test_a_token_is_valid_for_its_own_group_only() -> None:
+    store = tokens.GroupTokens({"a": "token-a", "b": "token-b"})
+    tokens.authorize(store, "a", "token-a")
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "b", "token-a")
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "unknown", "token-a")
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "a", None)
+
+
+def test_the_operator_rotates_and_removes_tokens() -> None:
+    store = tokens.GroupTokens()
+    store.set("a", "first")
+    store.set("a", "second")
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "a", "first")
+    tokens.authorize(store, "a", "second")
+    store.discard("a")
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "a", "second")
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer  abc ", "abc"),
+        ("Basic abc", None),
+        ("Bearer ", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_bearer_header_parsing(header: str | None, token: str | None) -> None:
+    assert tokens.bearer_token(header) == token
+
+
+def test_tokens_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps({"a": "x"}))
+    assert tokens.GroupTokens.from_file(path).token_for("a") == "x"
+    path.write_text(json.dumps({"a": ""}))
+    with pytest.raises(ValueError, match="non-empty strings"):
+        tokens.GroupTokens.from_file(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read"):
+        tokens.GroupTokens.from_file(path)
