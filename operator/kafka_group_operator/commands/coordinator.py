@@ -24,7 +24,6 @@ from aiohttp import web
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.runtime import coordinator_runtime
 
 logger = logging.getLogger("kgo.coordinator")
 
@@ -80,6 +79,9 @@ def read_group_settings(path: Path) -> list[messages.GroupSettings]:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
+    from kafka_group_operator.runtime import coordinator_runtime
+
     token_store: tokens.GroupTokens | None = None
     if args.tokens is not None:
         token_store = tokens.GroupTokens.from_file(args.tokens)

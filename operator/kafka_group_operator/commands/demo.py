@@ -208,10 +208,11 @@ class LocalGroup:
 
     def create_topic(self, name: str, partitions: int) -> None:
         from confluent_kafka import admin as kafka_admin
+        from confluent_kafka import cimpl
 
         assert self.broker is not None
         admin = kafka_admin.AdminClient({"bootstrap.servers": self.broker.bootstrap})
-        futures = admin.create_topics([kafka_admin.NewTopic(name, partitions, 1)])
+        futures = admin.create_topics([cimpl.NewTopic(name, partitions, 1)])
         for future in futures.values():
             future.result(15)
 
