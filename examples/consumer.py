@@ -1,0 +1,44 @@
+"""An example consumer for a ConsumerGroup pod: count words in the messages of its partitions.
+
+The operator injects everything the member needs into the pod's environment (group id,
+coordinator URL and token, pod name as the static instance id, topics, bootstrap servers,
+Kafka client settings), so the application only iterates. Run it outside Kubernetes by
+setting the same variables, e.g. against ``kgo coordinator``::
+
+    KGO_GROUP_ID=shop.orders KGO_COORDINATOR_URL=http://127.0.0.1:8080 \\
+    KGO_INSTANCE_ID=orders-0 KGO_TOPICS=orders KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \\
+    python examples/consumer.py
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+
+from kafka_group_operator.member import GroupMember, MemberConfig
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+log = logging.getLogger("consumer")
+
+
+def main() -> None:
+    words: collections.Counter[str] = collections.Counter()
+
+    def revoked(partitions: frozenset[tuple[str, int]]) -> None:
+        # Offsets processed so far are committed before the partitions are released.
+        log.info("handing over %s; top words so far: %s", sorted(partitions), words.most_common(3))
+
+    with GroupMember(MemberConfig.from_env(), on_revoked=revoked) as member:
+        # SIGTERM (pod deletion, rolling update): finish the message in hand, commit, and
+        # leave temporarily, so a restart within the session timeout keeps the partitions.
+        member.install_signal_handlers()
+        for message in member:
+            # A message counts as processed once the loop asks for the next one; offsets are
+            # committed every few seconds and whenever a partition is revoked.
+            words.update((message.value() or b"").decode(errors="replace").split())
+            if (message.offset() or 0) % 1000 == 0:
+                member.commit(asynchronous=True)
+
+
+if __name__ == "__main__":
+    main()
