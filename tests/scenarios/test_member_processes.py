@@ -1,0 +1,215 @@
+"""Real processes: a standalone coordinator and member processes on the embedded broker.
+
+A producer writes continuously to a 12-partition topic while members join, restart, leave.
+What the members did comes from their journals (every processed offset, every ownership
+change); who owned what comes from the coordinator's own records, read back from the state
+topic and decoded with ``kafka_group_records.codec``. The tests run in order on one group,
+each leaving it settled on three members.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from kafka_group_operator.commands import demo
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_records import codec, records
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker]
+
+BASE = {"member-0", "member-1", "member-2"}
+Partition = tuple[str, int]
+
+
+@dataclasses.dataclass
+class Scenario:
+    group: demo.LocalGroup
+    producer: demo.Producer
+
+
+@pytest.fixture(scope="module")
+def group(scenario: Scenario) -> demo.LocalGroup:
+    return scenario.group
+
+
+@pytest.fixture(scope="module")
+def producer(scenario: Scenario) -> demo.Producer:
+    return scenario.producer
+
+
+@pytest.fixture(scope="module")
+def scenario(broker: embedded.EmbeddedBroker) -> Iterator[Scenario]:
+    suffix = uuid.uuid4().hex[:8]
+    local = demo.LocalGroup(
+        group=f"scenario-{suffix}",
+        topic=f"scenario-orders-{suffix}",
+        partitions=12,
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=200,
+        state_partitions=2,
+    )
+    local.start(broker)
+    producer = demo.Producer(broker.bootstrap, local.topic, local.partitions, rate=240)
+    producer.start()
+    try:
+        for instance in sorted(BASE):
+            local.start_member(instance)
+        local.wait_settled(BASE, timeout=30)
+        yield Scenario(local, producer)
+    finally:
+        producer.stop()
+        local.stop()
+
+
+def journal(group: demo.LocalGroup, instance: str) -> demo.Journal:
+    return demo.Journal.read(group.journal_path(instance))
+
+
+def changes_after(group: demo.LocalGroup, instance: str, since: float) -> list[str]:
+    events = journal(group, instance).events
+    return [e["e"] for e in events if e["t"] >= since and e["e"] in ("assigned", "revoked", "lost")]
+
+
+def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.LocalGroup) -> None:
+    before = group.ownership()
+    assert set(before) == BASE
+    killed_at = time.time()
+    group.kill_member("member-1")
+    group.start_member("member-1")
+    group.wait_settled(BASE, timeout=20)
+    time.sleep(1.0)
+    settled_at = time.time()
+
+    assert group.ownership() == before, "a restart within the session timeout moved partitions"
+    restarted = journal(group, "member-1").changes("assigned")
+    assert restarted[-1][1] == sorted(before["member-1"])
+    for other in BASE - {"member-1"}:
+        assert changes_after(group, other, killed_at) == [], f"{other} was rebalanced"
+        # ... and it kept consuming every partition it owns while member-1 was away.
+        consumed = {
+            tp for tp, _, at in journal(group, other).processed() if killed_at <= at <= settled_at
+        }
+        assert consumed == set(before[other]), f"{other} paused during the restart"
+
+
+def test_a_joining_member_takes_only_its_share(group: demo.LocalGroup) -> None:
+    before = group.ownership()
+    joined_at = time.time()
+    group.start_member("member-3")
+    group.wait_settled(BASE | {"member-3"}, timeout=20)
+    after = group.ownership()
+
+    moved = {tp for instance, owned in before.items() for tp in owned - after[instance]}
+    # 12 partitions over 4 members: exactly 3 change hands, all to the newcomer.
+    assert len(moved) == 3
+    assert after["member-3"] == moved
+    assert all(len(owned) == 3 for owned in after.values())
+    revoked = [
+        tp
+        for instance in BASE
+        for at, partitions in journal(group, instance).changes("revoked")
+        if at >= joined_at
+        for tp in partitions
+    ]
+    assert sorted(revoked) == sorted(moved)
+
+
+def test_a_permanent_leave_moves_its_partitions_at_once(group: demo.LocalGroup) -> None:
+    leaver = group.ownership()["member-3"]
+    group.stop_member("member-3", permanent=True)
+    # Well inside the 6 s session timeout: nobody waits for the leaver to expire.
+    seconds = group.wait_settled(BASE, timeout=20)
+    assert seconds < 3.0
+    after = group.ownership()
+    assert sorted(tp for owned in after.values() for tp in owned) == sorted(
+        (group.topic, p) for p in range(group.partitions)
+    )
+    assert all(len(owned) == 4 for owned in after.values())
+    assert leaver <= frozenset().union(*after.values())
+
+
+def state_records(group: demo.LocalGroup) -> list[records.Record]:
+    """Every record of the coordinator's state topic, in log order per partition."""
+    assert group.broker is not None
+    consumer = Consumer(
+        {"bootstrap.servers": group.broker.bootstrap, "group.id": "scenario-reader"}
+    )
+    topic = f"{group.group}.group-state"
+    decoded: list[records.Record] = []
+    try:
+        for partition in range(group.state_partitions):
+            consumer.assign([TopicPartition(topic, partition, 0)])
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 1.5:
+                message = consumer.poll(0.2)
+                if message is None or message.error() is not None:
+                    continue
+                idle_since = time.monotonic()
+                decoded.append(codec.decode_record(message.key() or b"", message.value()))
+    finally:
+        consumer.close()
+    return decoded
+
+
+def test_no_partition_is_ever_owned_by_two_members(group: demo.LocalGroup) -> None:
+    """Replays the coordinator's member-assignment records, checking every intermediate state.
+
+    A partition belongs to a member from the record that assigns it until the record that
+    no longer lists it, pending revocation included: until the member confirms the release,
+    the coordinator must not give it to anybody else.
+    """
+    held: dict[str, set[Partition]] = {}
+    names: dict[uuid.UUID, str] = {}
+    checked = 0
+    for record in state_records(group):
+        key, value = record.key, record.value
+        if isinstance(value, records.ConsumerGroupPartitionMetadataValue):
+            names.update({topic.topic_id: topic.topic_name for topic in value.topics})
+        if not isinstance(key, records.ConsumerGroupCurrentMemberAssignmentKey):
+            continue
+        if key.group_id != group.group:
+            continue
+        if value is None:
+            held.pop(key.member_id, None)
+            continue
+        assert isinstance(value, records.ConsumerGroupCurrentMemberAssignmentValue)
+        held[key.member_id] = {
+            (names.get(tps.topic_id, str(tps.topic_id)), p)
+            for tps in (*value.assigned_partitions, *value.partitions_pending_revocation)
+            for p in tps.partitions
+        }
+        owners: dict[Partition, str] = {}
+        for member, partitions in held.items():
+            for tp in partitions:
+                assert tp not in owners, f"{tp} owned by {owners[tp]} and {member} at once"
+                owners[tp] = member
+        checked += 1
+    # Joins, a restart and a leave happened: many assignment changes were checked.
+    assert checked >= 10
+
+
+def test_every_produced_offset_is_processed_and_none_skipped(
+    group: demo.LocalGroup, producer: demo.Producer
+) -> None:
+    producer.stop()
+    produced = dict(producer.produced)
+    assert sum(produced.values()) > 1000
+    deadline = time.monotonic() + 30
+    while True:
+        processed: dict[int, set[int]] = {p: set() for p in range(group.partitions)}
+        for instance in BASE | {"member-3"}:
+            for (_, partition), offset, _ in journal(group, instance).processed():
+                processed[partition].add(offset)
+        missing = {p: end - len(processed[p] & set(range(end))) for p, end in produced.items()}
+        if not any(missing.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not any(missing.values()), f"offsets never processed, per partition: {missing}"
+    # Nothing beyond what was produced, and nothing out of thin air.
+    assert all(max(processed[p]) == end - 1 for p, end in produced.items())
