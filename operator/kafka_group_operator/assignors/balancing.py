@@ -1,0 +1,379 @@
+"""The balance-first, then sticky engine behind ``sticky``, ``cooperative-sticky`` and ``uniform``.
+
+Goals in order, as Kafka's ``AbstractStickyAssignor``: (1) balance, (2) rack alignment where
+rack awareness applies, (3) stickiness.
+
+Balance (the ``StickyAssignor`` javadoc rule): counts differ by at most one, or a member
+with 2+ fewer partitions than another cannot take any of that member's partitions. Per
+topic this reads: the most loaded member holding a partition of the topic has at most one
+more partition than the least loaded subscriber of the topic. With equal subscriptions it
+is simply max - min <= 1.
+
+Two paths, chosen like Kafka's two builders:
+
+* Equal subscriptions (the common case, and the one that must be fast): quotas are plain
+  arithmetic. With P partitions and N members every member gets ``P // N`` and ``P % N``
+  of them one more. Members keep their claims up to their quota, claims at or above the
+  higher quota go first to the higher quota, and the free partitions (topics sorted,
+  partitions ascending) are dealt round-robin to the members still short, by slicing
+  rather than per-partition bookkeeping. Example: C0, C1, C2 on t0..t3 with two partitions
+  each, nothing owned: quotas 3, 3, 2, dealt as C0 ``[t0p0, t1p1, t3p0]``, C1
+  ``[t0p1, t2p0, t3p1]``, C2 ``[t1p0, t2p1]``. When C1 leaves, C0 and C2 keep theirs and
+  C1's three go two to C2 and one to C0.
+* Unequal subscriptions: keep every claim, give each free partition to the least loaded
+  subscriber (topics with the fewest subscribers first), then move partitions, newly given
+  ones before kept ones, from the most loaded holder of a topic to its least loaded
+  subscriber until every topic meets the rule above. Each move lowers the sum of squared
+  counts, so this ends.
+
+Cooperative mode then holds back every partition given to a member other than the one
+that still holds it (or that two members claim at the same generation): the holder sees it
+missing, revokes it, and the next round hands it over.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kafka_group_operator.assignors import api, common
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    rack_aware: bool
+    cooperative: bool
+    # The KIP-848 server-side assignors reject a subscription to a topic without metadata.
+    require_metadata: bool
+
+
+def assign(spec: api.GroupSpec, options: Options) -> api.GroupAssignment:
+    counts = spec.partitions_per_topic
+    if options.require_metadata:
+        missing = common.missing_topics(spec.members, counts)
+        if missing:
+            raise api.AssignorError(f"subscribed topics have no metadata: {', '.join(missing)}")
+    order = common.member_order(spec.members)
+    if not order:
+        return {}
+    subscriptions = [spec.members[member_id] for member_id in order]
+    topics_of = common.usable_topics(subscriptions, counts)
+    subscribed: set[str] = set()
+    for topics in set(topics_of):
+        subscribed.update(topics)
+    claims = common.resolve_claims(subscriptions, topics_of, counts, subscribed)
+    racks = _racks(spec, subscriptions, topics_of, subscribed, options)
+    if racks is not None:
+        _drop_misaligned_claims(claims, racks, topics_of)
+    homogeneous = all(topics == topics_of[0] for topics in topics_of)
+    if homogeneous:
+        lists = _assign_equal(claims, sorted(subscribed), counts, racks, options)
+    else:
+        lists = _assign_unequal(claims, topics_of, subscribed, racks, options)
+    return common.sorted_assignment(order, lists)
+
+
+def _racks(
+    spec: api.GroupSpec,
+    subscriptions: list[api.MemberSubscription],
+    topics_of: list[frozenset[str]],
+    subscribed: set[str],
+    options: Options,
+) -> common.Racks | None:
+    if not options.rack_aware:
+        return None
+    member_racks = [subscription.rack for subscription in subscriptions]
+    if not common.rack_aware(
+        member_racks, sorted(subscribed), spec.partitions_per_topic, spec.partition_racks
+    ):
+        return None
+    return common.Racks(True, member_racks, spec.partition_racks)
+
+
+def _drop_misaligned_claims(
+    claims: common.Claims, racks: common.Racks, topics_of: list[frozenset[str]]
+) -> None:
+    """Free a claim whose replicas are on other racks, if a subscriber on such a rack exists.
+
+    Rack alignment ranks above stickiness (KIP-881), but only a claim that some other
+    subscriber could serve locally is worth moving; the freed partition goes back to its
+    previous holder when no aligned member has room for it.
+    """
+    subscriber_racks: dict[str, set[str]] = defaultdict(set)
+    for index, topics in enumerate(topics_of):
+        rack = racks.member_racks[index]
+        if rack is not None:
+            for topic in topics:
+                subscriber_racks[topic].add(rack)
+    for index, mine in enumerate(claims.kept):
+        rack = racks.member_racks[index]
+        if rack is None or not mine:
+            continue
+        aligned = []
+        for claim in mine:
+            topic, partition = claim
+            replica_racks = racks.replica_racks(topic, partition)
+            if rack in replica_racks or replica_racks.isdisjoint(subscriber_racks[topic]):
+                aligned.append(claim)
+            else:
+                claims.owner[topic][partition] = common.FREE
+        mine[:] = aligned
+
+
+def _free_partitions(owner: dict[str, list[int]], topics: list[str]) -> list[api.TopicPartition]:
+    free: list[api.TopicPartition] = []
+    for topic in topics:
+        slots = owner[topic]
+        free.extend([(topic, partition) for partition, holder in enumerate(slots) if holder < 0])
+    return free
+
+
+def _assign_equal(
+    claims: common.Claims,
+    topics: list[str],
+    counts: Mapping[str, int],
+    racks: common.Racks | None,
+    options: Options,
+) -> list[list[api.TopicPartition]]:
+    owner = claims.owner
+    kept = claims.kept
+    members = len(kept)
+    total = sum(counts[topic] for topic in topics)
+    low_quota, extra = divmod(total, members)
+    high_quota = low_quota + 1 if extra else low_quota
+
+    # Claims at or above the high quota take the extra slots first: that keeps the most.
+    quotas = [low_quota] * members
+    given_extra = 0
+    for index, mine in enumerate(kept):
+        held = len(mine)
+        if held >= high_quota and given_extra < extra:
+            quotas[index] = high_quota
+            given_extra += 1
+            quota = high_quota
+        else:
+            quota = low_quota
+        if held > quota:
+            for topic, partition in mine[quota:]:
+                owner[topic][partition] = common.FREE
+            del mine[quota:]
+    if given_extra < extra:
+        for index in range(members):
+            if quotas[index] == low_quota:
+                quotas[index] = high_quota
+                given_extra += 1
+                if given_extra == extra:
+                    break
+
+    need = [quotas[index] - len(kept[index]) for index in range(members)]
+    fresh: list[list[api.TopicPartition]] = [[] for _ in range(members)]
+    if racks is not None:
+        _deal_aligned(claims, topics, racks, need, fresh, low_quota)
+    free = _free_partitions(owner, topics)
+    _deal(free, need, fresh)
+
+    if options.cooperative and claims.any_claim:
+        fresh = [common.hold_back(claims, index, mine) for index, mine in enumerate(fresh)]
+    return [mine + new for mine, new in zip(kept, fresh, strict=True)]
+
+
+def _deal_aligned(
+    claims: common.Claims,
+    topics: list[str],
+    racks: common.Racks,
+    need: list[int],
+    fresh: list[list[api.TopicPartition]],
+    low_quota: int,
+) -> None:
+    """Give free partitions to members on a replica's rack, up to the low quota each."""
+    owner = claims.owner
+    waiting: dict[str, deque[int]] = defaultdict(deque)
+    room = [0] * len(need)
+    for index, rack in enumerate(racks.member_racks):
+        room[index] = min(need[index], max(0, low_quota - len(claims.kept[index])))
+        if rack is not None and room[index] > 0:
+            waiting[rack].append(index)
+    if not waiting:
+        return
+    for topic in topics:
+        slots = owner[topic]
+        for partition, holder in enumerate(slots):
+            if holder >= 0:
+                continue
+            for rack in sorted(racks.replica_racks(topic, partition)):
+                queue = waiting.get(rack)
+                if not queue:
+                    continue
+                index = queue.popleft()
+                fresh[index].append((topic, partition))
+                slots[partition] = index
+                need[index] -= 1
+                room[index] -= 1
+                if room[index] > 0:
+                    queue.append(index)
+                break
+    # A freed, misaligned claim nobody aligned could take returns to its previous holder.
+    claimant = claims.claimant
+    for topic in topics:
+        slots = owner[topic]
+        previous = claimant.get(topic)
+        if previous is None:
+            continue
+        for partition, holder in enumerate(slots):
+            if holder < 0 <= previous[partition] and need[previous[partition]] > 0:
+                index = previous[partition]
+                fresh[index].append((topic, partition))
+                slots[partition] = index
+                need[index] -= 1
+
+
+def _deal(
+    free: list[api.TopicPartition], need: list[int], fresh: list[list[api.TopicPartition]]
+) -> None:
+    """Deal ``free`` round-robin to members by need; each full round is one strided slice."""
+    receivers = [index for index in range(len(need)) if need[index] > 0]
+    # Stable: equal needs stay in member order.
+    receivers.sort(key=need.__getitem__, reverse=True)
+    active = len(receivers)
+    start = 0
+    dealt = 0
+    while active:
+        level = need[receivers[active - 1]]
+        rounds = level - dealt
+        if rounds > 0:
+            end = start + rounds * active
+            for offset in range(active):
+                fresh[receivers[offset]].extend(free[start + offset : end : active])
+            start = end
+            dealt = level
+        while active and need[receivers[active - 1]] <= dealt:
+            active -= 1
+    for index in receivers:
+        need[index] = 0
+
+
+def _assign_unequal(
+    claims: common.Claims,
+    topics_of: list[frozenset[str]],
+    subscribed: set[str],
+    racks: common.Racks | None,
+    options: Options,
+) -> list[list[api.TopicPartition]]:
+    owner = claims.owner
+    members = len(topics_of)
+    subscribers = common.subscribers_by_topic(topics_of)
+    held: list[dict[str, list[api.TopicPartition]]] = [{} for _ in range(members)]
+    load = [0] * members
+    for index, mine in enumerate(claims.kept):
+        load[index] = len(mine)
+        holding = held[index]
+        for claim in mine:
+            holding.setdefault(claim[0], []).append(claim)
+
+    # Topics with the fewest possible subscribers first: they have the least choice.
+    by_choice = sorted(subscribed, key=lambda topic: (len(subscribers[topic]), topic))
+    for topic in by_choice:
+        _give_free(topic, owner[topic], subscribers[topic], held, load, racks)
+    balancing = [topic for topic in by_choice if len(subscribers[topic]) > 1]
+    while sum(_balance_topic(topic, subscribers[topic], held, load) for topic in balancing):
+        pass
+
+    lists: list[list[api.TopicPartition]] = []
+    for index in range(members):
+        partitions = [claim for group in held[index].values() for claim in group]
+        if options.cooperative and claims.any_claim:
+            partitions = common.hold_back(claims, index, partitions)
+        lists.append(partitions)
+    return lists
+
+
+def _lowest(heap: list[tuple[int, int]], load: list[int]) -> int:
+    """The least loaded member in a lazily updated min-heap of (load, member)."""
+    while True:
+        entry_load, index = heap[0]
+        if entry_load == load[index]:
+            return index
+        if entry_load < load[index]:
+            heapq.heapreplace(heap, (load[index], index))
+        else:
+            heapq.heappop(heap)
+
+
+def _give_free(
+    topic: str,
+    slots: list[int],
+    subscribers: list[int],
+    held: list[dict[str, list[api.TopicPartition]]],
+    load: list[int],
+    racks: common.Racks | None,
+) -> None:
+    free = [partition for partition, holder in enumerate(slots) if holder < 0]
+    if not free:
+        return
+    heap = [(load[index], index) for index in subscribers]
+    heapq.heapify(heap)
+    by_rack: dict[str, list[tuple[int, int]]] = {}
+    if racks is not None:
+        for index in subscribers:
+            rack = racks.member_racks[index]
+            if rack is not None:
+                by_rack.setdefault(rack, []).append((load[index], index))
+        for members_on_rack in by_rack.values():
+            heapq.heapify(members_on_rack)
+    for partition in free:
+        chosen = _lowest(heap, load)
+        if racks is not None and by_rack:
+            # An aligned member wins only if it is as little loaded as the least loaded.
+            for rack in sorted(racks.replica_racks(topic, partition)):
+                aligned = by_rack.get(rack)
+                if aligned:
+                    candidate = _lowest(aligned, load)
+                    if load[candidate] <= load[chosen]:
+                        chosen = candidate
+                        break
+        held[chosen].setdefault(topic, []).append((topic, partition))
+        slots[partition] = chosen
+        load[chosen] += 1
+
+
+def _balance_topic(
+    topic: str,
+    subscribers: list[int],
+    held: list[dict[str, list[api.TopicPartition]]],
+    load: list[int],
+) -> int:
+    """Move partitions of ``topic`` until its most loaded holder has at most one more
+    than its least loaded subscriber; returns the number of moves."""
+    most = [(-load[index], index) for index in subscribers if held[index].get(topic)]
+    if not most:
+        return 0
+    heapq.heapify(most)
+    least = [(load[index], index) for index in subscribers]
+    heapq.heapify(least)
+    moves = 0
+    while True:
+        while True:
+            negative, giver = most[0]
+            if not held[giver].get(topic):
+                heapq.heappop(most)
+                if not most:
+                    return moves
+            elif -negative == load[giver]:
+                break
+            elif -negative > load[giver]:
+                heapq.heapreplace(most, (-load[giver], giver))
+            else:
+                heapq.heappop(most)
+        taker = _lowest(least, load)
+        if load[giver] <= load[taker] + 1:
+            return moves
+        # Newly given partitions sit at the end: they move before anything kept.
+        claim = held[giver][topic].pop()
+        held[taker].setdefault(topic, []).append(claim)
+        load[giver] -= 1
+        load[taker] += 1
+        heapq.heappush(most, (-load[taker], taker))
+        heapq.heappush(least, (load[giver], giver))
+        moves += 1
