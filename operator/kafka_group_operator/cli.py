@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "coordinator": "coordinator",
     "demo": "demo",
     "describe": "describe",
+    "generate-chart-crds": "chart",
+    "operator": "kube_operator",
 }
 
 

@@ -36,7 +36,9 @@ class Credentials:
     insecure: bool = False
     token: str | None = None
     certificate_path: str | None = None
+    certificate_data: bytes | None = None
     private_key_path: str | None = None
+    private_key_data: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,8 @@ class KubeClient:
 
     def __init__(self, credentials: Credentials | None = None) -> None:
         self._api: Any = None
-        self._ca_file: Any = None
+        # The client reads certificates only from files; data is kept in temporary ones.
+        self._files: list[Any] = []
         self._retired: list[Any] = []
         if credentials is not None:
             self.configure(credentials)
@@ -81,23 +84,29 @@ class KubeClient:
         """(Re)build the underlying client for ``credentials`` (called on every kopf login)."""
         configuration = kube_client.Configuration(host=credentials.server.rstrip("/"))
         configuration.verify_ssl = not credentials.insecure
-        if credentials.ca_path:
-            configuration.ssl_ca_cert = credentials.ca_path
-        elif credentials.ca_data:
-            # The client reads a CA only from a file; keep it for the client's lifetime.
-            self._ca_file = tempfile.NamedTemporaryFile(suffix=".crt")  # noqa: SIM115
-            self._ca_file.write(credentials.ca_data)
-            self._ca_file.flush()
-            configuration.ssl_ca_cert = self._ca_file.name
+        configuration.ssl_ca_cert = self._path_of(credentials.ca_path, credentials.ca_data)
         if credentials.token:
             configuration.api_key = {"BearerToken": credentials.token}
             configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        configuration.cert_file = credentials.certificate_path
-        configuration.key_file = credentials.private_key_path
+        configuration.cert_file = self._path_of(
+            credentials.certificate_path, credentials.certificate_data
+        )
+        configuration.key_file = self._path_of(
+            credentials.private_key_path, credentials.private_key_data
+        )
         if self._api is not None:
             # Calls in flight may still use it; it is closed with this client.
             self._retired.append(self._api)
         self._api = kube_client.ApiClient(configuration)
+
+    def _path_of(self, path: str | None, data: bytes | None) -> str | None:
+        if path or not data:
+            return path
+        handle = tempfile.NamedTemporaryFile(suffix=".pem")  # noqa: SIM115 - lives with us
+        handle.write(data)
+        handle.flush()
+        self._files.append(handle)
+        return handle.name
 
     @property
     def configured(self) -> bool:
@@ -109,6 +118,9 @@ class KubeClient:
                 await api.close()
         self._retired.clear()
         self._api = None
+        for handle in self._files:
+            handle.close()
+        self._files.clear()
 
     async def get(self, kind: Kind, namespace: str | None, name: str) -> JSON:
         return await self._call("GET", kind.path(namespace, name))
@@ -146,6 +158,17 @@ class KubeClient:
         """A JSON merge patch (RFC 7386): maps merge, lists are replaced."""
         return await self._call(
             "PATCH", kind.path(namespace, name), body=dict(patch), content_type=MERGE_PATCH
+        )
+
+    async def patch_status(
+        self, kind: Kind, namespace: str | None, name: str, status: Mapping[str, Any]
+    ) -> JSON:
+        """Merge ``status`` into the status subresource."""
+        return await self._call(
+            "PATCH",
+            kind.path(namespace, name, "status"),
+            body={"status": dict(status)},
+            content_type=MERGE_PATCH,
         )
 
     async def delete(self, kind: Kind, namespace: str | None, name: str) -> None:

@@ -1,0 +1,93 @@
+"""The operator's settings, read once from its environment (set by the Helm chart).
+
+A frozen value passed down through kopf's ``memo``; nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# librdkafka needs file paths for these; the Secret mounts them as files with these names.
+_FILE_PROPERTIES = {
+    "ca.crt": "ssl.ca.location",
+    "tls.crt": "ssl.certificate.location",
+    "tls.key": "ssl.key.location",
+}
+
+
+class ConfigError(ValueError):
+    """An operator setting is missing or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    bootstrap_servers: str
+    state_topic: str = "kafka-group-operator.group-state"
+    state_partitions: int = 50
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    # Extra librdkafka settings (TLS/SASL) for the operator's own Kafka clients.
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    api_host: str = "0.0.0.0"
+    api_port: int = 8080
+    # What consumer pods use to reach the member API (the chart's Service).
+    coordinator_url: str = "http://kafka-group-operator:8080"
+    status_interval_seconds: float = 10.0
+    # An explicit API server (out-of-cluster runs, tests); else in-cluster or kubeconfig login.
+    kube_server: str | None = None
+    namespaces: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
+        env = os.environ if environ is None else environ
+        bootstrap = env.get("KGO_BOOTSTRAP_SERVERS", "").strip()
+        if not bootstrap:
+            raise ConfigError(
+                "KGO_BOOTSTRAP_SERVERS (the Kafka cluster of the state topic) is unset"
+            )
+        config_dir = env.get("KGO_KAFKA_CONFIG_DIR")
+        return cls(
+            bootstrap_servers=bootstrap,
+            state_topic=env.get("KGO_STATE_TOPIC", cls.state_topic),
+            state_partitions=_integer(env, "KGO_STATE_PARTITIONS", cls.state_partitions),
+            replication_factor=_integer(env, "KGO_STATE_REPLICATION_FACTOR", 1),
+            min_insync_replicas=_integer(env, "KGO_STATE_MIN_INSYNC_REPLICAS", 1),
+            kafka_config=read_kafka_config_dir(Path(config_dir)) if config_dir else {},
+            api_host=env.get("KGO_API_HOST", cls.api_host),
+            api_port=_integer(env, "KGO_API_PORT", cls.api_port),
+            coordinator_url=env.get("KGO_COORDINATOR_URL", cls.coordinator_url),
+            status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
+            kube_server=env.get("KGO_KUBE_SERVER") or None,
+            namespaces=tuple(
+                ns.strip() for ns in env.get("KGO_WATCH_NAMESPACES", "").split(",") if ns.strip()
+            ),
+        )
+
+
+def read_kafka_config_dir(directory: Path) -> dict[str, str]:
+    """librdkafka settings from a mounted Secret: one file per property, certificates by path."""
+    if not directory.is_dir():
+        raise ConfigError(f"the Kafka settings directory {directory} does not exist")
+    settings: dict[str, str] = {}
+    for path in sorted(directory.iterdir()):
+        # Secret volumes hold ..data and timestamped directories next to the keys.
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if path.name in _FILE_PROPERTIES:
+            settings[_FILE_PROPERTIES[path.name]] = str(path)
+        else:
+            settings[path.name] = path.read_text().strip()
+    return settings
+
+
+def _integer(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as error:
+        raise ConfigError(f"{key} must be an integer, not {raw!r}") from error

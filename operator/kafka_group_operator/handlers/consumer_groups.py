@@ -1,0 +1,361 @@
+"""kopf handlers of ConsumerGroup resources and of their pods. Thin glue.
+
+* create/update/resume: validate the spec, create or patch the children (token Secret,
+  headless Service, StatefulSet; adopted by the group), configure the group in the embedded
+  coordinator, refresh the status. A spec that cannot be honoured gets Ready=False with the
+  reason; what may heal by itself (a missing Secret or topic, Kafka down) is retried with
+  backoff, a malformed spec waits for the next edit. Never a crash loop.
+* a daemon per group refreshes the status from the coordinator (state, epochs, members, lag,
+  conditions) and posts an Event per rebalance.
+* pod events: a pod whose ordinal is at or above ``spec.replicas`` has left for good (a
+  scale-down), so its static member is removed at once and its partitions move. A deleted or
+  failed pod of a live ordinal is a temporary leave: nothing is done, its static member keeps
+  its assignment for the session timeout and gets it back when the pod returns.
+* delete: ``deletionPolicy: Delete`` removes every record of the group; ``Retain`` keeps them.
+
+The annotation ``kafkagroups.io/pause-reconciliation: "true"`` stops every change the
+operator would make to the group and its children; the status is still observed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from kafka_group_operator.coordinator import errors as coordinator_errors
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.handlers import kafka_probe, lifecycle
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.kube import errors as kube_errors
+from kafka_group_operator.manifests import conditions, consumer_group, group_settings, group_status
+from kafka_group_operator.specs import consumer_group as specs
+from kafka_group_operator.specs import errors as spec_errors
+
+GROUP, VERSION, PLURAL = "kafkagroups.io", "v1alpha1", "consumergroups"
+PAUSE_ANNOTATION = f"{lifecycle.DOMAIN}/pause-reconciliation"
+RECONCILIATION_PAUSED = "ReconciliationPaused"
+# Status keys this module owns; others (lastReset, snapshots) are left alone.
+_OWN_STATUS_KEYS = (
+    "observedGeneration",
+    "groupId",
+    "state",
+    "groupEpoch",
+    "assignmentEpoch",
+    "replicas",
+    "readyMembers",
+    "labelSelector",
+    "tokenSecret",
+    "members",
+    "lag",
+    "conditions",
+)
+
+
+def retry_delay(retry: int) -> float:
+    """Exponential backoff for specs that may heal: 5 s, 10 s, 20 s, ... at most 5 minutes."""
+    return float(min(5 * 2 ** min(retry, 10), 300))
+
+
+def reconciliation_paused(meta: Mapping[str, Any]) -> bool:
+    annotations = meta.get("annotations") or {}
+    return str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true"
+
+
+def reset_in_progress(status: Mapping[str, Any]) -> bool:
+    """Whether the reset flow has paused the group (it owns the ResetInProgress condition)."""
+    condition = conditions.find(status.get("conditions"), conditions.RESET_IN_PROGRESS)
+    return condition is not None and condition.get("status") == "True"
+
+
+def parse(body: Mapping[str, Any]) -> specs.ConsumerGroupSpec:
+    meta = body.get("metadata") or {}
+    return specs.parse_consumer_group(
+        name=meta["name"],
+        namespace=meta["namespace"],
+        spec=body.get("spec") or {},
+        labels=meta.get("labels") or {},
+    )
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+async def reconcile(
+    body: kopf.Body, meta: kopf.Meta, status: kopf.Status, retry: int, memo: Any, **_: Any
+) -> None:
+    state = lifecycle.state_of(memo)
+    name, namespace = meta["name"], meta["namespace"]
+    generation = meta.get("generation")
+    now = conditions.now_rfc3339()
+    if reconciliation_paused(meta):
+        paused = conditions.Condition(
+            RECONCILIATION_PAUSED, True, "AnnotationSet", f"{PAUSE_ANNOTATION} is true"
+        )
+        await _patch_status(
+            state,
+            body,
+            {
+                "conditions": conditions.merge_conditions(
+                    status.get("conditions"), [paused], None, now
+                )
+            },
+        )
+        return
+    try:
+        group = parse(body)
+        await _check_dependencies(state, group)
+    except spec_errors.SpecError as error:
+        error_status = group_status.build_error_status(
+            error, generation, status.get("conditions"), now
+        )
+        await _patch_status(state, body, error_status)
+        kopf.warn(body, reason=error.reason, message=error.message)
+        if isinstance(error, spec_errors.InvalidSpec):
+            # Retrying cannot help; the next edit of the resource triggers a new attempt.
+            raise kopf.PermanentError(error.message) from error
+        raise kopf.TemporaryError(error.message, delay=retry_delay(retry)) from error
+    try:
+        await apply_children(state, group, body)
+        await state.runtime.configure_group(
+            group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
+        )
+        description = await refresh_status(state, group, body)
+        await remove_surplus_members(state, group, description)
+    except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
+        kopf.warn(body, reason="ReconcileFailed", message=str(error))
+        raise kopf.TemporaryError(str(error), delay=retry_delay(retry)) from error
+    # The pause condition, if any, is over.
+    if conditions.find(status.get("conditions"), RECONCILIATION_PAUSED) is not None:
+        resumed = conditions.Condition(
+            RECONCILIATION_PAUSED, False, "AnnotationRemoved", "reconciliation runs"
+        )
+        current = (await state.kube.get(kube_client.CONSUMER_GROUPS, namespace, name)).get(
+            "status"
+        ) or {}
+        await _patch_status(
+            state,
+            body,
+            {
+                "conditions": conditions.merge_conditions(
+                    current.get("conditions"), [resumed], generation, now
+                )
+            },
+        )
+
+
+async def _check_dependencies(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec
+) -> None:
+    if group.kafka.secret_name is not None:
+        secret = await state.kube.get_or_none(
+            kube_client.SECRETS, group.namespace, group.kafka.secret_name
+        )
+        if secret is None:
+            raise spec_errors.SecretNotFound(
+                f"the Kafka Secret {group.kafka.secret_name!r} (kafka.secretRef) does not exist"
+            )
+    await kafka_probe.check_topics(
+        group.kafka.bootstrap_servers, state.config.kafka_config, group.topics
+    )
+
+
+async def apply_children(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, owner: Mapping[str, Any]
+) -> None:
+    """Create what is missing and bring the StatefulSet to the spec; adopt everything."""
+    kube = state.kube
+    ns = group.namespace
+    secret_name = consumer_group.token_secret_name(group.name)
+    secret = await kube.get_or_none(kube_client.SECRETS, ns, secret_name)
+    token = consumer_group.token_from_secret(secret) if secret is not None else None
+    if secret is None:
+        token = secrets.token_urlsafe(32)
+        secret_body = consumer_group.build_token_secret(group, token)
+        kopf.adopt(secret_body, owner=owner)
+        try:
+            await kube.create(kube_client.SECRETS, ns, secret_body)
+        except kube_errors.Conflict:
+            # Created meanwhile (a concurrent run): the stored token wins.
+            token = consumer_group.token_from_secret(
+                await kube.get(kube_client.SECRETS, ns, secret_name)
+            )
+    if token is None:
+        raise kube_errors.KubeError(
+            f"the Secret {secret_name} holds no '{consumer_group.TOKEN_KEY}'"
+        )
+    state.tokens.set(group.group_id, token)
+
+    service_name = consumer_group.service_name(group)
+    if await kube.get_or_none(kube_client.SERVICES, ns, service_name) is None:
+        service_body = consumer_group.build_headless_service(group)
+        kopf.adopt(service_body, owner=owner)
+        await kube.create(kube_client.SERVICES, ns, service_body)
+
+    sts_name = consumer_group.stateful_set_name(group)
+    url = state.config.coordinator_url
+    if await kube.get_or_none(kube_client.STATEFUL_SETS, ns, sts_name) is None:
+        sts_body = consumer_group.build_stateful_set(group, url)
+        kopf.adopt(sts_body, owner=owner)
+        await kube.create(kube_client.STATEFUL_SETS, ns, sts_body)
+    else:
+        await kube.patch(
+            kube_client.STATEFUL_SETS,
+            ns,
+            sts_name,
+            consumer_group.build_stateful_set_patch(group, url),
+        )
+
+
+async def describe(
+    state: lifecycle.OperatorState, group_id: str
+) -> messages.GroupDescription | None:
+    try:
+        return await state.runtime.describe_group(group_id)
+    except coordinator_errors.GroupIdNotFound:
+        return None
+
+
+async def refresh_status(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, body: Mapping[str, Any]
+) -> messages.GroupDescription | None:
+    """Compute the status from the coordinator and patch it when it changed."""
+    description = await describe(state, group.group_id)
+    lag: Mapping[tuple[str, int], int] = {}
+    if description is not None:
+        lag = await state.runtime.group_lag(group.group_id)
+    status = body.get("status") or {}
+    fresh = group_status.build_group_status(
+        group,
+        (body.get("metadata") or {}).get("generation"),
+        description,
+        lag,
+        status.get("conditions"),
+        conditions.now_rfc3339(),
+    )
+    await _patch_status(state, body, fresh)
+    return description
+
+
+async def remove_surplus_members(
+    state: lifecycle.OperatorState,
+    group: specs.ConsumerGroupSpec,
+    description: messages.GroupDescription | None,
+) -> None:
+    """Remove static members whose pod ordinal is at or above ``spec.replicas``."""
+    if description is None:
+        return
+    surplus = tuple(
+        member.instance_id
+        for member in description.members
+        if member.instance_id is not None
+        and (ordinal := consumer_group.ordinal_of(group.name, member.instance_id)) is not None
+        and ordinal >= group.replicas
+    )
+    if surplus:
+        await state.runtime.remove_members(
+            messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=surplus)
+        )
+
+
+async def _patch_status(
+    state: lifecycle.OperatorState, body: Mapping[str, Any], fresh: Mapping[str, Any]
+) -> None:
+    current = body.get("status") or {}
+    if all(current.get(key) == value for key, value in fresh.items()):
+        return
+    meta = body.get("metadata") or {}
+    await state.kube.patch_status(
+        kube_client.CONSUMER_GROUPS, meta.get("namespace"), meta["name"], fresh
+    )
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
+async def observe(stopped: Any, body: kopf.Body, memo: Any, logger: Any, **_: Any) -> None:
+    """Refresh the status every few seconds; an Event per change of the group epoch."""
+    last_epoch: int | None = None
+    while not stopped:
+        try:
+            state = lifecycle.state_of(memo)
+            group = parse(body)
+            description = await refresh_status(state, group, body)
+            if description is not None:
+                if last_epoch is not None and description.group_epoch != last_epoch:
+                    kopf.info(
+                        body,
+                        reason="Rebalance",
+                        message=f"group epoch {last_epoch} -> {description.group_epoch} "
+                        f"({len(description.members)} members, state {description.state})",
+                    )
+                last_epoch = description.group_epoch
+            if not reconciliation_paused(body.get("metadata") or {}):
+                await remove_surplus_members(state, group, description)
+        except spec_errors.SpecError:
+            pass  # reported by ``reconcile``
+        except kopf.TemporaryError:
+            pass  # still starting
+        except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
+            logger.warning("cannot refresh the status: %s", error)
+        await stopped.wait(lifecycle.config_of(memo).status_interval_seconds)
+
+
+@kopf.on.event("", "v1", "pods", labels={consumer_group.GROUP_LABEL: kopf.PRESENT})
+async def pod_event(
+    type: str | None,  # noqa: A002 - kopf's keyword
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    memo: Any,
+    logger: Any,
+    **_: Any,
+) -> None:
+    group_name = labels[consumer_group.GROUP_LABEL]
+    ordinal = consumer_group.ordinal_of(group_name, name)
+    if ordinal is None or type is None:
+        return
+    state = lifecycle.state_of(memo)
+    owner = await state.kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, group_name)
+    if owner is None or reconciliation_paused(owner.get("metadata") or {}):
+        return
+    try:
+        group = parse(owner)
+    except spec_errors.SpecError:
+        return
+    if ordinal < group.replicas:
+        # A live ordinal: a restart or failure is a temporary leave; the member keeps its
+        # partitions for the session timeout.
+        return
+    results = await state.runtime.remove_members(
+        messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=(name,))
+    )
+    if results.get(name) is None:
+        logger.info("pod %s is beyond %d replicas: its member left for good", name, group.replicas)
+        kopf.info(
+            owner,
+            reason="MemberRemoved",
+            message=f"{name} is beyond spec.replicas={group.replicas}: its partitions move now",
+        )
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def delete(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    state = lifecycle.state_of(memo)
+    group_id = spec.get("groupId") or specs.default_group_id(meta["namespace"], meta["name"])
+    policy = spec.get("deletionPolicy", "Retain")
+    if policy == "Delete":
+        try:
+            await state.runtime.delete_group(
+                messages.DeleteGroupRequest(group_id=group_id, force=True)
+            )
+        except coordinator_errors.GroupIdNotFound:
+            pass
+        except coordinator_errors.CoordinatorError as error:
+            raise kopf.TemporaryError(
+                f"cannot delete group {group_id}: {error}", delay=10
+            ) from error
+        kopf.info(body, reason="GroupDeleted", message=f"every record of {group_id} was removed")
+    else:
+        kopf.info(body, reason="GroupRetained", message=f"the offsets of {group_id} are kept")
+    state.tokens.discard(group_id)

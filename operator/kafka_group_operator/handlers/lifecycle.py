@@ -1,0 +1,174 @@
+"""Operator start, stop and login: the embedded coordinator and its member API live here.
+
+Startup builds the ``OperatorState`` (settings, coordinator runtime, member API server, group
+tokens, Kubernetes client) and keeps it in kopf's ``memo``; every other handler finds it
+there with ``state_of(memo)``. Cleanup stops the API first (no new requests), then the
+runtime (which finishes its in-flight writes). Login hands kopf and our Kubernetes client the
+same credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from aiohttp import web
+
+from kafka_group_operator.api import app as api_app
+from kafka_group_operator.api import tokens
+from kafka_group_operator.handlers import config as operator_config
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.runtime import coordinator_runtime
+
+# Our own prefix, so that kopf's bookkeeping reads as ours in `kubectl get -o yaml` and diffs.
+DOMAIN = "kafkagroups.io"
+FINALIZER = f"{DOMAIN}/finalizer"
+STATE_KEY = "kafka_group_operator"
+CONFIG_KEY = "kafka_group_operator_config"
+KUBE_KEY = "kafka_group_operator_kube"
+
+
+@dataclass(slots=True)
+class OperatorState:
+    config: operator_config.OperatorConfig
+    runtime: coordinator_runtime.CoordinatorRuntime
+    tokens: tokens.GroupTokens
+    kube: kube_client.KubeClient
+    api_runner: web.AppRunner
+
+
+def config_of(memo: Any) -> operator_config.OperatorConfig:
+    """The settings: given by the caller of ``kopf.operator`` or read from the environment."""
+    config = memo.get(CONFIG_KEY)
+    if config is None:
+        config = operator_config.OperatorConfig.from_env()
+        memo[CONFIG_KEY] = config
+    assert isinstance(config, operator_config.OperatorConfig)
+    return config
+
+
+def kube_of(memo: Any) -> kube_client.KubeClient:
+    # Login may run before or after startup; whichever comes first creates the client.
+    client = memo.get(KUBE_KEY)
+    if client is None:
+        client = kube_client.KubeClient()
+        memo[KUBE_KEY] = client
+    assert isinstance(client, kube_client.KubeClient)
+    return client
+
+
+def state_of(memo: Any) -> OperatorState:
+    state = memo.get(STATE_KEY)
+    if not isinstance(state, OperatorState):
+        raise kopf.TemporaryError("the operator is still starting", delay=1)
+    return state
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=DOMAIN)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=DOMAIN, key="last-handled-configuration"
+    )
+    # Our own Events say what happened; kopf's per-handler ones would only add noise.
+    settings.posting.level = logging.WARNING
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: Any) -> None:
+    configure_kopf(settings)
+    config = config_of(memo)
+    runtime = coordinator_runtime.CoordinatorRuntime(
+        coordinator_runtime.RuntimeConfig(
+            bootstrap_servers=config.bootstrap_servers,
+            topic=config.state_topic,
+            partitions=config.state_partitions,
+            replication_factor=config.replication_factor,
+            min_insync_replicas=config.min_insync_replicas,
+            kafka_config=dict(config.kafka_config),
+        )
+    )
+    group_tokens = tokens.GroupTokens()
+    runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
+    await runner.setup()
+    try:
+        await runtime.start()
+        await web.TCPSite(runner, config.api_host, config.api_port).start()
+    except Exception as error:
+        await runner.cleanup()
+        with contextlib.suppress(Exception):
+            await runtime.stop()
+        # Kafka may simply not be up yet: retry rather than exit into a crash loop.
+        raise kopf.TemporaryError(f"cannot start the coordinator: {error}", delay=10) from error
+    memo[STATE_KEY] = OperatorState(
+        config=config, runtime=runtime, tokens=group_tokens, kube=kube_of(memo), api_runner=runner
+    )
+    logger.info(
+        "coordinator on state topic %s; member API on %s:%d",
+        config.state_topic,
+        config.api_host,
+        config.api_port,
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
+    state = memo.get(STATE_KEY)
+    if isinstance(state, OperatorState):
+        await state.api_runner.cleanup()
+        await state.runtime.stop()
+        await state.kube.close()
+        memo[STATE_KEY] = None
+        logger.info("coordinator stopped")
+
+
+@kopf.on.login()
+def login(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    config = config_of(memo)
+    info: kopf.ConnectionInfo | None
+    if config.kube_server is not None:
+        info = kopf.ConnectionInfo(server=config.kube_server, insecure=True)
+    else:
+        info = kopf.login_with_service_account(settings=settings, **kwargs) or (
+            kopf.login_with_kubeconfig(settings=settings, **kwargs)
+        )
+    if info is not None:
+        kube_of(memo).configure(credentials_from(info))
+    return info
+
+
+def credentials_from(info: kopf.ConnectionInfo) -> kube_client.Credentials:
+    return kube_client.Credentials(
+        server=info.server,
+        ca_path=_text(info.ca_path),
+        ca_data=_data(info.ca_data),
+        insecure=bool(info.insecure),
+        token=info.token,
+        certificate_path=_text(info.certificate_path),
+        certificate_data=_data(info.certificate_data),
+        private_key_path=_text(info.private_key_path),
+        private_key_data=_data(info.private_key_data),
+    )
+
+
+def _text(path: Any) -> str | None:
+    return str(path) if path else None
+
+
+def _data(data: str | bytes | None) -> bytes | None:
+    """PEM bytes from kopf's certificate data (PEM, or base64 of PEM as in a kubeconfig)."""
+    if data is None:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    return raw if raw.startswith(b"-----BEGIN ") else base64.b64decode(raw)
+
+
+@kopf.on.probe(id="coordinator")
+def coordinator_probe(memo: Any, **_: Any) -> bool:
+    """Liveness detail: whether the embedded coordinator is running."""
+    return isinstance(memo.get(STATE_KEY), OperatorState)
