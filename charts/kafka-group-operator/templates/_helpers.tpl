@@ -1,0 +1,88 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "kgo.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name prefix of every resource. */}}
+{{- define "kgo.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains (include "kgo.name" .) .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name (include "kgo.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the operator pod; never change them after a release. */}}
+{{- define "kgo.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kgo.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kgo.labels" -}}
+{{ include "kgo.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{- define "kgo.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kgo.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kgo.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.registry }}
+{{- printf "%s/%s:%s" .Values.image.registry .Values.image.repository $tag }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The URL consumer pods use to reach the member API. */}}
+{{- define "kgo.coordinatorUrl" -}}
+{{- printf "http://%s.%s.svc:%d" (include "kgo.fullname" .) .Release.Namespace (int .Values.api.port) }}
+{{- end }}
+
+{{/* Rules for the namespaced resources the operator reads and writes. */}}
+{{- define "kgo.namespacedRules" -}}
+# ConsumerGroups and OffsetSnapshots: watched by kopf, patched for its annotations and
+# finalizer; OffsetSnapshots are also created and pruned by snapshot schedules.
+- apiGroups: [kafkagroups.io]
+  resources: [consumergroups]
+  verbs: [get, list, watch, patch]
+- apiGroups: [kafkagroups.io]
+  resources: [offsetsnapshots]
+  verbs: [get, list, watch, patch, create, delete]
+- apiGroups: [kafkagroups.io]
+  resources: [consumergroups/status, offsetsnapshots/status]
+  verbs: [get, patch]
+# The consumers of each group.
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, create]
+# Group token Secrets (created once) and the Kafka Secrets (checked to exist).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
+# Pod events tell a scale-down (permanent leave) from a restart (temporary leave).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+# Events for rebalances and errors (ours and kopf's).
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create]
+# Snapshot, restore and compaction jobs.
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkapplications]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
