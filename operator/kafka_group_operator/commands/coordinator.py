@@ -95,23 +95,28 @@ async def serve(args: argparse.Namespace) -> None:
             partitions=args.partitions,
             replication_factor=args.replication_factor,
             min_insync_replicas=args.min_insync_replicas,
+            # Serve while loading: members get COORDINATOR_LOAD_IN_PROGRESS and retry.
+            wait_until_loaded=False,
         )
     )
-    stopped = asyncio.Event()
+    # A signal cancels this task wherever it waits (loading too); `finally` cleans up.
+    this_task = asyncio.current_task()
+    assert this_task is not None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopped.set)
+        loop.add_signal_handler(signum, this_task.cancel)
     runner = web.AppRunner(api_app.build_app(runtime, token_store), access_log=None)
     await runner.setup()
     try:
         await runtime.start()
-        for settings in group_settings:
-            await runtime.configure_group(settings)
-        # Listen only once the runtime runs: requests before that would have nowhere to go.
         await web.TCPSite(runner, args.host, args.port).start()
         logger.info("member API on http://%s:%d (state topic %s)", args.host, args.port, args.topic)
-        print(f"listening on http://{args.host}:{args.port}", flush=True)
-        await stopped.wait()
+        await runtime.wait_until_loaded()
+        for settings in group_settings:
+            await runtime.configure_group(settings)
+        logger.info("state loaded, %d group(s) configured", len(group_settings))
+        print(f"ready on http://{args.host}:{args.port}", flush=True)
+        await asyncio.Event().wait()  # until a signal cancels us
     finally:
         await runner.cleanup()
         with contextlib.suppress(Exception):
@@ -122,5 +127,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(serve(args))
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(serve(args))
     return 0

@@ -113,6 +113,7 @@ class Journal:
 
 
 def _wait_http(url: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    """Until ``url`` answers 200 (the coordinator answers 503 while it loads)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -120,7 +121,7 @@ def _wait_http(url: str, timeout: float, process: subprocess.Popen[bytes]) -> No
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
-        except OSError:
+        except OSError:  # HTTPError (503, 404) is an OSError too
             time.sleep(0.05)
     raise RuntimeError(f"{url} did not answer within {timeout}s")
 
@@ -255,7 +256,8 @@ class LocalGroup:
             start_new_session=True,
         )
         self.coordinator_url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{self.coordinator_url}/healthz", 60, self.coordinator)
+        # Ready once the state is loaded and the group configured: it can be described.
+        _wait_http(f"{self.coordinator_url}/v1/groups/{self.group}", 60, self.coordinator)
 
     def member_env(self, instance: str) -> dict[str, str]:
         assert self.broker is not None
