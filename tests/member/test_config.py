@@ -33,6 +33,11 @@ def test_from_env_reads_what_the_operator_injects() -> None:
     assert loaded.member_id != config.MemberConfig.from_env(POD_ENV).member_id
 
 
+def test_the_pod_uid_is_the_member_id_when_given() -> None:
+    loaded = config.MemberConfig.from_env({**POD_ENV, "KGO_MEMBER_ID": "7c9e-uid"})
+    assert loaded.member_id == "7c9e-uid"
+
+
 def test_overrides_win_over_the_environment() -> None:
     loaded = config.MemberConfig.from_env(POD_ENV, commit_interval_ms=100, instance_id=None)
     assert loaded.commit_interval_ms == 100

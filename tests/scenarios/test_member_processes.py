@@ -81,7 +81,8 @@ def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.Loc
     assert set(before) == BASE
     killed_at = time.time()
     group.kill_member("member-1")
-    group.start_member("member-1")
+    # The container restarts inside its pod: same pod UID, hence the same member id.
+    group.start_member("member-1", same_pod=True)
     group.wait_settled(BASE, timeout=20)
     time.sleep(1.0)
     settled_at = time.time()

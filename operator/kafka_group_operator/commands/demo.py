@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,6 +197,8 @@ class LocalGroup:
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # instance -> member id, standing in for the pod UID that survives a container restart
+    pod_uids: dict[str, str] = field(default_factory=dict)
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # -- lifecycle
@@ -263,6 +266,7 @@ class LocalGroup:
         assert self.broker is not None
         return {
             **os.environ,
+            "KGO_MEMBER_ID": self.pod_uids[instance],
             "KGO_GROUP_ID": self.group,
             "KGO_COORDINATOR_URL": self.coordinator_url,
             "KGO_INSTANCE_ID": instance,
@@ -276,7 +280,10 @@ class LocalGroup:
     def journal_path(self, instance: str) -> Path:
         return self.directory / f"{instance}.jsonl"
 
-    def start_member(self, instance: str) -> subprocess.Popen[bytes]:
+    def start_member(self, instance: str, same_pod: bool = False) -> subprocess.Popen[bytes]:
+        """Start a member process: in a new pod, or ``same_pod`` as a container restart."""
+        if not same_pod or instance not in self.pod_uids:
+            self.pod_uids[instance] = str(uuid.uuid4())
         log = (self.directory / f"{instance}.log").open("ab")
         process = subprocess.Popen(
             [
@@ -401,7 +408,11 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
         ("start", 14, "3 members join and share 12 partitions"),
         ("scale 5", 14, "scaled to 5: only the partitions the new members need move"),
         ("scale 3", 14, "scaled back to 3: the leavers' partitions move at once"),
-        ("restart orders-1", 18, "orders-1 restarted (kill -9, back at once): nothing moves"),
+        (
+            "restart orders-1",
+            18,
+            "orders-1 crashed (kill -9) and restarted in its pod: nothing moves",
+        ),
         ("end", 6, "steady"),
     ]
     group = LocalGroup(group="demo.orders", work_ms=2.0)
@@ -426,7 +437,7 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
             elif action == "restart orders-1":
                 before = group.ownership().get("orders-1", frozenset())
                 group.kill_member("orders-1")
-                group.start_member("orders-1")
+                group.start_member("orders-1", same_pod=True)
                 caption += f" (owned {len(before)} partitions before)"
             deadline = time.monotonic() + duration
             while time.monotonic() < deadline:

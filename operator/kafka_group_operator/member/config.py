@@ -7,6 +7,7 @@ In a consumer pod everything comes from the environment the operator injects:
 ``KGO_COORDINATOR_URL``     the operator's member API, e.g. ``http://kafka-group-operator:8080``
 ``KGO_GROUP_TOKEN``         the group's bearer token (from the group's Secret)
 ``KGO_INSTANCE_ID``         the pod name (downward API): the member's static identity
+``KGO_MEMBER_ID``           the pod UID (downward API); optional, see below
 ``KGO_TOPICS``              comma-separated topic names
 ``KAFKA_BOOTSTRAP_SERVERS`` the brokers to fetch from
 ``KGO_AUTO_OFFSET_RESET``   ``earliest`` or ``latest``, for partitions without a commit
@@ -14,6 +15,11 @@ In a consumer pod everything comes from the environment the operator injects:
 ==========================  =================================================================
 
 Outside Kubernetes, build a ``MemberConfig`` directly.
+
+The member id is the pod UID when given, else a random UUID per process. The pod UID survives
+a container restart inside the same pod (a crash, an OOM kill), so the restarted process
+rejoins as the *same* member and gets its partitions back at once, while a new pod is a new
+member that takes over the instance id once its predecessor left or expired.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class MemberConfig:
     # Extra librdkafka properties for the fetching consumer (TLS, SASL, tuning).
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     rack: str | None = None
-    # Generated once per process, as KIP-1082 has clients do.
+    # Chosen by the member, as KIP-1082 has clients do: the pod UID, or a fresh UUID.
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     rebalance_timeout_ms: int = 60_000
     commit_interval_ms: int = 5_000
@@ -96,6 +102,7 @@ class MemberConfig:
             "bootstrap_servers": required("KAFKA_BOOTSTRAP_SERVERS"),
             "token": env.get("KGO_GROUP_TOKEN") or None,
             "instance_id": env.get("KGO_INSTANCE_ID") or None,
+            **({"member_id": env["KGO_MEMBER_ID"]} if env.get("KGO_MEMBER_ID") else {}),
             "auto_offset_reset": env.get("KGO_AUTO_OFFSET_RESET") or "earliest",
             "kafka_config": read_kafka_config_dir(Path(config_dir)) if config_dir else {},
         }

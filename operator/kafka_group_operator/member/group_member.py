@@ -427,6 +427,7 @@ class GroupMember:
             except REJOIN_ERRORS as error:
                 logger.warning("fenced (%s): dropping partitions and rejoining", error.name)
                 self._lose_everything()
+                self._wake.wait(BACKOFF_INITIAL_S)
                 continue
             except (errors.FencedInstanceId, errors.GroupAuthorizationFailed) as error:
                 self._fail(error)
