@@ -110,6 +110,28 @@ class StaleMemberEpoch(CoordinatorError):
     code, name, http_status, retriable = 113, "STALE_MEMBER_EPOCH", 409, True
 
 
+class IllegalStateTransition(CoordinatorError):
+    """A record would move a group or member to a state its transition table forbids.
+
+    Raised by replay, never by request validation: it means the records themselves are
+    inconsistent (a bug, or a corrupted state topic), so it is not retriable.
+    """
+
+    def __init__(self, role: str, subject: str, state: str, next_state: str, event: str) -> None:
+        super().__init__(
+            f"{role} {subject!r}: illegal transition {state} -> {next_state} on {event}"
+        )
+        self.role = role
+        self.subject = subject
+        self.state = state
+        self.next_state = next_state
+        self.event = event
+
+
+class InconsistentState(CoordinatorError):
+    """Replaying a record would break an invariant (e.g. a partition owned by two members)."""
+
+
 ALL_ERRORS: tuple[type[CoordinatorError], ...] = (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,

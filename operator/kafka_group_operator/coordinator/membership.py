@@ -1,0 +1,792 @@
+"""Membership handlers: heartbeat (join, reconcile, leave), static members, expiry, configuration.
+
+Each handler reads the groups' hard state, validates the request (raising a
+``CoordinatorError``), and returns the records that express the change plus the response. It
+never mutates hard state; only the soft state below is touched here:
+
+* ``Deadlines``: session and rebalance timers (armed by heartbeats, as Kafka's timers are);
+* the broker's topic metadata, fed by ``update_topics``.
+
+Records are ordered so that replaying them one at a time only walks legal transitions
+(``group_state``): the group-epoch bump comes before a new member's subscription, a
+replaced static member's current assignment is tombstoned before its successor claims the
+same partitions, and removed members go before the group's own records.
+
+KIP-848 in one paragraph: a change of membership, subscription, topic metadata or group
+configuration bumps the group epoch; when the group epoch is ahead of the target-assignment
+epoch the assignor runs (owned = the current target, generation = the assignment epoch) and
+writes a new target at the group epoch; every member then reconciles toward its target on
+its own heartbeats (``reconciliation``), revoking before anything is handed over.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from kafka_group_operator.assignors import api as assignor_api
+from kafka_group_operator.coordinator import (
+    errors,
+    group,
+    group_state,
+    messages,
+    reconciliation,
+    timers,
+)
+from kafka_group_operator.coordinator import records as coordinator_records
+from kafka_group_operator.coordinator.result import Result
+from kafka_group_records import records as schema
+
+TopicIdAssignment = coordinator_records.TopicIdAssignment
+MemberState = group_state.MemberState
+Subscription = schema.ConsumerGroupMemberMetadataValue
+T = TypeVar("T")
+
+# Cooperative assignors hold back a partition that moves between members for one round; the
+# coordinator does the revoke-before-assign itself, so it reruns the assignor (owned = the
+# previous round) until everything is assigned. Two rounds suffice; the cap guards the loop.
+_MAX_ASSIGNOR_ROUNDS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A member as the assignor will see it: subscription and current target."""
+
+    subscription: Subscription
+    target: TopicIdAssignment
+
+
+class Membership:
+    def __init__(
+        self,
+        groups: Mapping[str, group.ConsumerGroup],
+        assignors: Mapping[str, assignor_api.PartitionAssignor],
+        deadlines: timers.Deadlines,
+    ) -> None:
+        self._groups = groups
+        self._assignors = assignors
+        self._deadlines = deadlines
+        # name -> metadata, as last fed by the runtime; None until the first feed, and then
+        # groups keep the metadata in their records (after a restart nothing is "deleted").
+        self.topic_feed: dict[str, schema.TopicMetadata] | None = None
+
+    # -----------------------------------------------------------------------------------
+    # Heartbeat
+
+    def heartbeat(
+        self, request: messages.HeartbeatRequest, now_ms: int
+    ) -> Result[messages.HeartbeatResponse]:
+        self._validate_heartbeat(request)
+        if request.member_epoch in (messages.LEAVE_EPOCH, messages.STATIC_LEAVE_EPOCH):
+            return self._leave(request, now_ms)
+        existing = self._groups.get(request.group_id)
+        replaced: group.Member | None = None
+        if request.member_epoch == messages.JOIN_EPOCH:
+            member, replaced = self._resolve_joining(existing, request)
+        else:
+            member = self._resolve_heartbeating(existing, request)
+        group_id, member_id = request.group_id, request.member_id
+        base = member if member is not None else replaced
+        settings = existing.settings if existing is not None else group.DEFAULT_CONFIG
+        old_subscription = base.subscription() if base is not None else None
+        subscription = self._subscription(request, old_subscription, settings)
+
+        records: list[schema.Record] = []
+        group_epoch = existing.group_epoch if existing is not None else 0
+        assignment_epoch = existing.assignment_epoch if existing is not None else 0
+        bump = base is None or _affects_assignment(old_subscription, subscription)
+        topics = self._group_topics(existing)
+        if bump:
+            group_epoch += 1
+            records.append(coordinator_records.new_group_epoch_record(group_id, group_epoch))
+            topics = self._topics_for(
+                existing, _names_after(existing, old_subscription, subscription)
+            )
+            if topics != self._group_topics(existing):
+                records.append(
+                    coordinator_records.new_partition_metadata_record(group_id, topics.values())
+                )
+        if member is None or not member.has_subscription or subscription != old_subscription:
+            records.append(
+                coordinator_records.new_member_subscription_record(
+                    group_id, member_id, subscription
+                )
+            )
+        if existing is not None and not existing.members and _recorded_empty(existing):
+            records.append(coordinator_records.new_group_lifecycle_record(group_id, -1))
+
+        targets: Mapping[str, TopicIdAssignment] = existing.target if existing is not None else {}
+        if group_epoch > assignment_epoch:
+            candidates = self._candidates(existing, exclude=replaced)
+            inherited = targets.get(replaced.member_id, {}) if replaced is not None else None
+            own_target = targets.get(member_id, {}) if inherited is None else inherited
+            candidates[member_id] = _Candidate(subscription, own_target)
+            target_records, targets = self._assign(
+                group_id, settings, candidates, topics, assignment_epoch, group_epoch
+            )
+            records.extend(target_records)
+            assignment_epoch = group_epoch
+        elif replaced is not None:
+            # A returning static member inherits its predecessor's target: nothing moves.
+            inherited_target = targets.get(replaced.member_id, {})
+            records.append(
+                coordinator_records.new_target_assignment_record(
+                    group_id, member_id, inherited_target
+                )
+            )
+            targets = {member_id: inherited_target}
+
+        if replaced is not None and replaced.has_current_assignment:
+            records.append(
+                coordinator_records.new_current_assignment_tombstone(group_id, replaced.member_id)
+            )
+        current = _current_of(member, replaced)
+        owned = self._owned(existing, request)
+        released = replaced.member_id if replaced is not None else None
+        owners = existing.owners if existing is not None else {}
+
+        def is_free(topic_id: uuid.UUID, partition: int) -> bool:
+            owner = owners.get((topic_id, partition))
+            return owner is None or owner in (member_id, released)
+
+        next_current = reconciliation.reconcile(
+            current, targets.get(member_id, {}), assignment_epoch, owned, is_free
+        )
+        stored = current_assignment_of(member) if member is not None else None
+        if (
+            member is None
+            or not member.has_current_assignment
+            or next_current != stored
+            or replaced is not None
+        ):
+            records.append(_current_record(group_id, member_id, next_current))
+        if replaced is not None:
+            assert existing is not None
+            records.extend(member_tombstones(existing, replaced, skip_current=True))
+
+        self._arm_member_timers(group_id, member_id, next_current, subscription, settings, now_ms)
+        send_assignment = (
+            request.member_epoch == messages.JOIN_EPOCH
+            or stored is None
+            or next_current.assigned != stored.assigned
+            or (
+                owned is not None
+                and next_current.state is MemberState.STABLE
+                and owned != next_current.assigned
+            )
+        )
+        names = self._names(existing, topics)
+        response = messages.HeartbeatResponse(
+            member_id=member_id,
+            member_epoch=next_current.member_epoch,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            assignment=_by_name(next_current.assigned, names) if send_assignment else None,
+        )
+        return Result(response, records)
+
+    def _validate_heartbeat(self, request: messages.HeartbeatRequest) -> None:
+        if not request.group_id:
+            raise errors.InvalidRequest("GroupId can't be empty.")
+        if not request.member_id:
+            raise errors.InvalidRequest("MemberId can't be empty: the member generates it.")
+        if request.member_epoch < messages.STATIC_LEAVE_EPOCH:
+            raise errors.InvalidRequest(f"MemberEpoch {request.member_epoch} is invalid.")
+        if request.instance_id == "":
+            raise errors.InvalidRequest("InstanceId can't be empty.")
+        if request.rebalance_timeout_ms is not None and request.rebalance_timeout_ms <= 0:
+            raise errors.InvalidRequest("RebalanceTimeoutMs must be positive.")
+        if request.server_assignor is not None and request.server_assignor not in self._assignors:
+            raise errors.UnsupportedAssignor(
+                f"ServerAssignor {request.server_assignor!r} is not supported."
+            )
+        if request.member_epoch == messages.JOIN_EPOCH and request.owned_partitions:
+            raise errors.InvalidRequest("TopicPartitions must be empty when (re-)joining.")
+
+    def _resolve_joining(
+        self, existing: group.ConsumerGroup | None, request: messages.HeartbeatRequest
+    ) -> tuple[group.Member | None, group.Member | None]:
+        """The joining member if it is known (a rejoin), and the static member it replaces."""
+        member = existing.members.get(request.member_id) if existing is not None else None
+        if (
+            member is not None
+            and request.instance_id is not None
+            and member.instance_id not in (None, request.instance_id)
+        ):
+            raise errors.InvalidRequest(f"Member {request.member_id} can't change its InstanceId.")
+        if existing is None or request.instance_id is None:
+            return member, None
+        holder = existing.member_for_instance(request.instance_id)
+        if holder is None or holder.member_id == request.member_id:
+            return member, None
+        if holder.member_epoch != messages.STATIC_LEAVE_EPOCH:
+            raise errors.UnreleasedInstanceId(
+                f"Static member {holder.member_id} with instance id {request.instance_id} "
+                "is still active."
+            )
+        if member is not None:
+            raise errors.InvalidRequest(
+                f"Member {request.member_id} already exists and can't take over "
+                f"instance id {request.instance_id}."
+            )
+        return None, holder
+
+    def _resolve_heartbeating(
+        self, existing: group.ConsumerGroup | None, request: messages.HeartbeatRequest
+    ) -> group.Member:
+        member = self._known_member(existing, request)
+        received = request.member_epoch
+        if received > member.member_epoch:
+            raise errors.FencedMemberEpoch(
+                f"Member epoch {received} is ahead of the coordinator's {member.member_epoch}."
+            )
+        if received < member.member_epoch:
+            owned = self._owned(existing, request)
+            if (
+                owned is None
+                or received != member.previous_member_epoch
+                or not reconciliation.is_subset(owned, member.assigned)
+            ):
+                raise errors.FencedMemberEpoch(
+                    f"Member epoch {received} is behind the coordinator's {member.member_epoch}."
+                )
+        return member
+
+    def _known_member(
+        self, existing: group.ConsumerGroup | None, request: messages.HeartbeatRequest
+    ) -> group.Member:
+        """The member a heartbeat or leave names; zombies of a static instance are fenced."""
+        if existing is None:
+            raise errors.UnknownMemberId(f"Group {request.group_id} has no members.")
+        if request.instance_id is not None:
+            holder_id = existing.static_members.get(request.instance_id)
+            if holder_id is None:
+                raise errors.UnknownMemberId(f"Instance id {request.instance_id} is unknown.")
+            if holder_id != request.member_id:
+                raise errors.FencedInstanceId(
+                    f"Instance id {request.instance_id} belongs to member {holder_id}."
+                )
+        member = existing.members.get(request.member_id)
+        if member is None or not member.has_subscription:
+            raise errors.UnknownMemberId(f"Member {request.member_id} is not in the group.")
+        return member
+
+    def _subscription(
+        self,
+        request: messages.HeartbeatRequest,
+        old: Subscription | None,
+        settings: schema.GroupConfigValue,
+    ) -> Subscription:
+        # None in a request means "unchanged" (KIP-848); a first join falls back to the
+        # topics the operator configured for the group.
+        if request.subscribed_topic_names is not None:
+            topic_names = tuple(sorted(set(request.subscribed_topic_names)))
+        elif old is not None:
+            topic_names = old.subscribed_topic_names
+        else:
+            topic_names = tuple(sorted(set(settings.topics)))
+        return Subscription(
+            instance_id=_given(request.instance_id, old.instance_id if old else None),
+            rack_id=_given(request.rack_id, old.rack_id if old else None),
+            client_id=request.client_id or (old.client_id if old else ""),
+            client_host=request.client_host or (old.client_host if old else ""),
+            subscribed_topic_names=topic_names,
+            subscribed_topic_regex=None,
+            rebalance_timeout_ms=_given(
+                request.rebalance_timeout_ms, old.rebalance_timeout_ms if old else -1
+            ),
+            server_assignor=_given(request.server_assignor, old.server_assignor if old else None),
+        )
+
+    def _owned(
+        self, existing: group.ConsumerGroup | None, request: messages.HeartbeatRequest
+    ) -> TopicIdAssignment | None:
+        if request.owned_partitions is None:
+            return None
+        if not request.owned_partitions:
+            return {}
+        ids = existing.topic_ids_by_name if existing is not None else {}
+        owned: dict[uuid.UUID, frozenset[int]] = {}
+        for name, partitions in request.owned_partitions.items():
+            topic_id = ids.get(name)
+            if topic_id is not None and partitions:
+                owned[topic_id] = frozenset(partitions)
+        return owned
+
+    def _arm_member_timers(
+        self,
+        group_id: str,
+        member_id: str,
+        current: reconciliation.CurrentAssignment,
+        subscription: Subscription,
+        settings: schema.GroupConfigValue,
+        now_ms: int,
+    ) -> None:
+        self._deadlines.arm(
+            timers.session_key(group_id, member_id), now_ms + settings.session_timeout_ms
+        )
+        rebalance_key = timers.rebalance_key(group_id, member_id)
+        if current.state is MemberState.UNREVOKED_PARTITIONS:
+            armed = self._deadlines.get(rebalance_key)
+            # Armed once per epoch: the member has the whole timeout to revoke (Kafka).
+            if armed is None or armed.tag != current.member_epoch:
+                timeout = rebalance_timeout_ms(subscription, settings)
+                self._deadlines.arm(rebalance_key, now_ms + timeout, current.member_epoch)
+
+    # -----------------------------------------------------------------------------------
+    # Leaving, removal and expiry
+
+    def _leave(
+        self, request: messages.HeartbeatRequest, now_ms: int
+    ) -> Result[messages.HeartbeatResponse]:
+        existing = self._groups.get(request.group_id)
+        member = self._known_member(existing, request)
+        assert existing is not None
+        settings = existing.settings
+        response = messages.HeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=request.member_epoch,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        )
+        if request.member_epoch == messages.LEAVE_EPOCH:
+            return Result(response, self.removal_records(existing, [member.member_id], now_ms))
+        if member.instance_id is None:
+            raise errors.InvalidRequest("Only a static member can leave with epoch -2.")
+        # The member keeps its assignment for the session timeout; what it was revoking is
+        # released, since a stopped consumer holds nothing.
+        self._deadlines.arm(
+            timers.session_key(existing.group_id, member.member_id),
+            now_ms + settings.session_timeout_ms,
+        )
+        if member.member_epoch == messages.STATIC_LEAVE_EPOCH:
+            return Result(response, [])
+        away = reconciliation.CurrentAssignment(
+            member_epoch=messages.STATIC_LEAVE_EPOCH,
+            previous_member_epoch=member.member_epoch,
+            state=MemberState.STABLE,
+            assigned=member.assigned,
+            pending_revocation={},
+        )
+        return Result(response, [_current_record(existing.group_id, member.member_id, away)])
+
+    def remove_members(
+        self, request: messages.RemoveMembersRequest, now_ms: int
+    ) -> Result[dict[str, str | None]]:
+        existing = self._groups.get(request.group_id)
+        if existing is None:
+            raise errors.GroupIdNotFound(f"Group {request.group_id} does not exist.")
+        outcome: dict[str, str | None] = {}
+        leaving: list[str] = []
+        for instance_id in request.instance_ids:
+            member = existing.member_for_instance(instance_id)
+            if member is None:
+                outcome[instance_id] = errors.UnknownMemberId.name
+            else:
+                outcome[instance_id] = None
+                if member.member_id not in leaving:
+                    leaving.append(member.member_id)
+        records = self.removal_records(existing, leaving, now_ms) if leaving else []
+        return Result(outcome, records)
+
+    def removal_records(
+        self, existing: group.ConsumerGroup, member_ids: Iterable[str], now_ms: int
+    ) -> list[schema.Record]:
+        """Permanent leave of ``member_ids``: their partitions are freed at once."""
+        leaving = [existing.members[member_id] for member_id in member_ids]
+        group_id = existing.group_id
+        group_epoch = existing.group_epoch + 1
+        records = [coordinator_records.new_group_epoch_record(group_id, group_epoch)]
+        for member in leaving:
+            records.extend(member_tombstones(existing, member))
+        gone = {member.member_id for member in leaving}
+        remaining = {
+            member_id: member
+            for member_id, member in existing.members.items()
+            if member_id not in gone
+        }
+        if not remaining:
+            records.append(coordinator_records.new_group_lifecycle_record(group_id, now_ms))
+        names = {name for member in remaining.values() for name in member.subscribed_topic_names}
+        topics = self._topics_for(existing, names)
+        if topics != self._group_topics(existing):
+            records.append(
+                coordinator_records.new_partition_metadata_record(group_id, topics.values())
+            )
+        candidates = {
+            member_id: _Candidate(member.subscription(), existing.target.get(member_id, {}))
+            for member_id, member in remaining.items()
+        }
+        target_records, _ = self._assign(
+            group_id,
+            existing.settings,
+            candidates,
+            topics,
+            existing.assignment_epoch,
+            group_epoch,
+        )
+        records.extend(target_records)
+        return records
+
+    # -----------------------------------------------------------------------------------
+    # Configuration and topic metadata
+
+    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> Result[None]:
+        if not settings.group_id:
+            raise errors.InvalidRequest("GroupId can't be empty.")
+        if settings.assignor not in self._assignors:
+            raise errors.UnsupportedAssignor(f"Assignor {settings.assignor!r} is not supported.")
+        if settings.session_timeout_ms <= 0:
+            raise errors.InvalidSessionTimeout("The session timeout must be positive.")
+        for name in ("rebalance_timeout_ms", "heartbeat_interval_ms", "offsets_retention_ms"):
+            if getattr(settings, name) <= 0:
+                raise errors.InvalidRequest(f"{name} must be positive.")
+        config = coordinator_records.group_config_from_settings(settings)
+        existing = self._groups.get(settings.group_id)
+        if existing is not None and existing.config == config:
+            return Result(None, [])
+        group_id = settings.group_id
+        config_record = coordinator_records.new_group_config_record(group_id, config)
+        old = existing.settings if existing is not None else group.DEFAULT_CONFIG
+        if (
+            existing is None
+            or not existing.members
+            or (old.assignor, old.assignment_paused) == (config.assignor, config.assignment_paused)
+        ):
+            return Result(None, [config_record])
+        # A new assignor or a pause changes every member's target: a new group epoch. The
+        # bump goes first so that the group passes through ASSIGNING.
+        group_epoch = existing.group_epoch + 1
+        records = [coordinator_records.new_group_epoch_record(group_id, group_epoch), config_record]
+        target_records, _ = self._assign(
+            group_id,
+            config,
+            self._candidates(existing),
+            self._group_topics(existing),
+            existing.assignment_epoch,
+            group_epoch,
+        )
+        records.extend(target_records)
+        return Result(None, records)
+
+    def update_topics(self, topics: Mapping[str, messages.TopicInfo], now_ms: int) -> Result[None]:
+        """Take the broker's metadata (every topic; absent = does not exist) and rebalance
+        the groups whose subscribed topics changed (created, deleted, partitions added)."""
+        feed = {name: _topic_metadata(info) for name, info in topics.items()}
+        previous = self.topic_feed
+        if previous == feed:
+            return Result(None, [])
+        changed = (
+            None
+            if previous is None
+            else {
+                name
+                for name in previous.keys() | feed.keys()
+                if previous.get(name) != feed.get(name)
+            }
+        )
+        self.topic_feed = feed
+        records: list[schema.Record] = []
+        for existing in self._groups.values():
+            if not existing.members:
+                continue
+            names = set(existing.subscribed_topics)
+            if changed is not None and names.isdisjoint(changed):
+                continue
+            group_topics = self._topics_for(existing, names)
+            if group_topics == self._group_topics(existing):
+                continue
+            group_id = existing.group_id
+            group_epoch = existing.group_epoch + 1
+            records.append(coordinator_records.new_group_epoch_record(group_id, group_epoch))
+            records.append(
+                coordinator_records.new_partition_metadata_record(group_id, group_topics.values())
+            )
+            target_records, _ = self._assign(
+                group_id,
+                existing.settings,
+                self._candidates(existing),
+                group_topics,
+                existing.assignment_epoch,
+                group_epoch,
+            )
+            records.extend(target_records)
+        return Result(None, records)
+
+    # -----------------------------------------------------------------------------------
+    # Target assignment
+
+    def _assign(
+        self,
+        group_id: str,
+        settings: schema.GroupConfigValue,
+        candidates: Mapping[str, _Candidate],
+        topics: Mapping[str, schema.TopicMetadata],
+        assignment_epoch: int,
+        group_epoch: int,
+    ) -> tuple[list[schema.Record], dict[str, TopicIdAssignment]]:
+        """Run the assignor and return the target records (changed members only + epoch)."""
+        if settings.assignment_paused or not candidates:
+            # A paused group's target is empty: every member revokes, cooperatively.
+            targets: dict[str, TopicIdAssignment] = {member_id: {} for member_id in candidates}
+        else:
+            targets = self._run_assignor(settings, candidates, topics, assignment_epoch)
+        records = [
+            coordinator_records.new_target_assignment_record(group_id, member_id, target)
+            for member_id, target in sorted(targets.items())
+            if candidates[member_id].target != target or self._is_new_target(group_id, member_id)
+        ]
+        records.append(
+            coordinator_records.new_target_assignment_epoch_record(group_id, group_epoch)
+        )
+        return records, targets
+
+    def _is_new_target(self, group_id: str, member_id: str) -> bool:
+        existing = self._groups.get(group_id)
+        return existing is None or member_id not in existing.target
+
+    def _run_assignor(
+        self,
+        settings: schema.GroupConfigValue,
+        candidates: Mapping[str, _Candidate],
+        topics: Mapping[str, schema.TopicMetadata],
+        assignment_epoch: int,
+    ) -> dict[str, TopicIdAssignment]:
+        assignor = self._assignors.get(settings.assignor)
+        if assignor is None:
+            raise errors.UnsupportedAssignor(f"Assignor {settings.assignor!r} is not supported.")
+        names = {metadata.topic_id: name for name, metadata in topics.items()}
+        subscribed = {
+            name
+            for candidate in candidates.values()
+            for name in candidate.subscription.subscribed_topic_names
+            if name in topics
+        }
+        partitions_per_topic = {name: topics[name].num_partitions for name in sorted(subscribed)}
+        partition_racks = {
+            name: [frozenset(p.racks) for p in topics[name].partition_metadata]
+            for name in partitions_per_topic
+            if any(p.racks for p in topics[name].partition_metadata)
+        }
+        members = {
+            member_id: assignor_api.MemberSubscription(
+                topics=frozenset(candidate.subscription.subscribed_topic_names) & subscribed,
+                owned=tuple(
+                    (names[topic_id], partition)
+                    for topic_id, parts in candidate.target.items()
+                    if topic_id in names
+                    for partition in sorted(parts)
+                ),
+                generation=assignment_epoch,
+                rack=candidate.subscription.rack_id,
+                instance_id=candidate.subscription.instance_id,
+            )
+            for member_id, candidate in candidates.items()
+        }
+        total = sum(
+            partitions_per_topic[name]
+            for name in partitions_per_topic
+            if any(name in member.topics for member in members.values())
+        )
+        generation = assignment_epoch
+        spec = assignor_api.GroupSpec(members, partitions_per_topic, partition_racks)
+        for _ in range(_MAX_ASSIGNOR_ROUNDS):
+            try:
+                result = assignor.assign(spec)
+            except assignor_api.AssignorError as exc:
+                raise errors.CoordinatorError(f"Assignor {assignor.name} failed: {exc}") from exc
+            if sum(len(parts) for parts in result.values()) >= total:
+                break
+            generation += 1
+            spec = assignor_api.GroupSpec(
+                {
+                    member_id: replace(
+                        member, owned=tuple(result.get(member_id, ())), generation=generation
+                    )
+                    for member_id, member in members.items()
+                },
+                partitions_per_topic,
+                partition_racks,
+            )
+        ids = {name: metadata.topic_id for name, metadata in topics.items()}
+        targets: dict[str, TopicIdAssignment] = {}
+        for member_id in candidates:
+            collected: dict[uuid.UUID, set[int]] = {}
+            for name, partition in result.get(member_id, ()):
+                collected.setdefault(ids[name], set()).add(partition)
+            targets[member_id] = {topic: frozenset(parts) for topic, parts in collected.items()}
+        return targets
+
+    def _candidates(
+        self, existing: group.ConsumerGroup | None, exclude: group.Member | None = None
+    ) -> dict[str, _Candidate]:
+        if existing is None:
+            return {}
+        return {
+            member_id: _Candidate(member.subscription(), existing.target.get(member_id, {}))
+            for member_id, member in existing.members.items()
+            if member is not exclude
+        }
+
+    # -----------------------------------------------------------------------------------
+    # Topic metadata
+
+    def _topics_for(
+        self, existing: group.ConsumerGroup | None, names: Iterable[str]
+    ) -> dict[str, schema.TopicMetadata]:
+        """Metadata of ``names`` as the group should record it (unknown topics are left out)."""
+        feed = self.topic_feed
+        stored = self._group_topics(existing)
+        source = feed if feed is not None else stored
+        return {name: source[name] for name in sorted(names) if name in source}
+
+    @staticmethod
+    def _group_topics(existing: group.ConsumerGroup | None) -> dict[str, schema.TopicMetadata]:
+        if existing is None:
+            return {}
+        return {metadata.topic_name: metadata for metadata in existing.topics.values()}
+
+    def _names(
+        self, existing: group.ConsumerGroup | None, topics: Mapping[str, schema.TopicMetadata]
+    ) -> dict[uuid.UUID, str]:
+        names = {metadata.topic_id: name for name, metadata in topics.items()}
+        if existing is not None:
+            for topic_id, metadata in existing.topics.items():
+                names.setdefault(topic_id, metadata.topic_name)
+        return names
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def rebalance_timeout_ms(subscription: Subscription, settings: schema.GroupConfigValue) -> int:
+    """The member's own ``max.poll.interval.ms`` when it sent one, else the group's."""
+    if subscription.rebalance_timeout_ms > 0:
+        return subscription.rebalance_timeout_ms
+    return settings.rebalance_timeout_ms
+
+
+def current_assignment_of(member: group.Member) -> reconciliation.CurrentAssignment:
+    return reconciliation.CurrentAssignment(
+        member_epoch=member.member_epoch,
+        previous_member_epoch=member.previous_member_epoch,
+        state=member.state,
+        assigned=member.assigned,
+        pending_revocation=member.pending_revocation,
+    )
+
+
+def _current_of(
+    member: group.Member | None, replaced: group.Member | None
+) -> reconciliation.CurrentAssignment:
+    """Where reconciliation starts: the member itself, its static predecessor, or nothing."""
+    source = replaced if replaced is not None else member
+    if source is None:
+        return reconciliation.NEW_MEMBER
+    current = current_assignment_of(source)
+    if source.member_epoch == messages.STATIC_LEAVE_EPOCH:
+        # Back from a temporary leave: resume at the epoch it had before leaving.
+        epoch = source.previous_member_epoch
+        current = reconciliation.CurrentAssignment(
+            epoch, epoch, MemberState.STABLE, source.assigned, {}
+        )
+    return current
+
+
+def group_tombstones(existing: group.ConsumerGroup, *, keep_config: bool) -> list[schema.Record]:
+    """Tombstones for every record of the group: members first, the group epoch last.
+
+    That order takes the group through EMPTY to DEAD. ``keep_config`` leaves the GroupConfig
+    record (retention expiry: the operator's resource still exists).
+    """
+    group_id = existing.group_id
+    records: list[schema.Record] = []
+    for member_id in sorted(existing.members):
+        records.extend(member_tombstones(existing, existing.members[member_id]))
+    for member_id in sorted(existing.target.keys() - existing.members.keys()):
+        records.append(coordinator_records.new_target_assignment_tombstone(group_id, member_id))
+    if existing.has_target_epoch:
+        records.append(coordinator_records.new_target_assignment_epoch_tombstone(group_id))
+    if existing.has_partition_metadata:
+        records.append(coordinator_records.new_partition_metadata_tombstone(group_id))
+    if existing.config is not None and not keep_config:
+        records.append(coordinator_records.new_group_config_tombstone(group_id))
+    if existing.empty_since_ms is not None:
+        records.append(coordinator_records.new_group_lifecycle_tombstone(group_id))
+    if existing.has_group_epoch:
+        records.append(coordinator_records.new_group_epoch_tombstone(group_id))
+    return records
+
+
+def member_tombstones(
+    existing: group.ConsumerGroup, member: group.Member, *, skip_current: bool = False
+) -> list[schema.Record]:
+    group_id, member_id = existing.group_id, member.member_id
+    records = []
+    if member.has_current_assignment and not skip_current:
+        records.append(coordinator_records.new_current_assignment_tombstone(group_id, member_id))
+    if member_id in existing.target:
+        records.append(coordinator_records.new_target_assignment_tombstone(group_id, member_id))
+    if member.has_subscription:
+        records.append(coordinator_records.new_member_subscription_tombstone(group_id, member_id))
+    return records
+
+
+def _current_record(
+    group_id: str, member_id: str, current: reconciliation.CurrentAssignment
+) -> schema.Record:
+    return coordinator_records.new_current_assignment_record(
+        group_id,
+        member_id,
+        member_epoch=current.member_epoch,
+        previous_member_epoch=current.previous_member_epoch,
+        state=current.state,
+        assigned=current.assigned,
+        pending_revocation=current.pending_revocation,
+    )
+
+
+def _affects_assignment(old: Subscription | None, new: Subscription) -> bool:
+    return old is None or (old.subscribed_topic_names, old.rack_id, old.server_assignor) != (
+        new.subscribed_topic_names,
+        new.rack_id,
+        new.server_assignor,
+    )
+
+
+def _names_after(
+    existing: group.ConsumerGroup | None, old: Subscription | None, new: Subscription
+) -> set[str]:
+    """The group's subscribed topic names once this member's subscription has changed."""
+    counts = existing.subscribed_topics if existing is not None else {}
+    names = set(counts)
+    if old is not None:
+        names.difference_update(
+            name for name in old.subscribed_topic_names if counts.get(name) == 1
+        )
+    names.update(new.subscribed_topic_names)
+    return names
+
+
+def _recorded_empty(existing: group.ConsumerGroup) -> bool:
+    return existing.empty_since_ms is not None and existing.empty_since_ms >= 0
+
+
+def _given(value: T | None, fallback: T) -> T:
+    return fallback if value is None else value
+
+
+def _by_name(
+    assignment: TopicIdAssignment, names: Mapping[uuid.UUID, str]
+) -> dict[str, frozenset[int]]:
+    return {names.get(topic, str(topic)): parts for topic, parts in assignment.items() if parts}
+
+
+def _topic_metadata(info: messages.TopicInfo) -> schema.TopicMetadata:
+    topic_id = uuid.UUID(info.topic_id) if info.topic_id else schema.topic_id_for_name(info.name)
+    racks = tuple(
+        schema.PartitionMetadata(partition, tuple(sorted(replica_racks)))
+        for partition, replica_racks in enumerate(info.partition_racks)
+    )
+    return schema.TopicMetadata(topic_id, info.name, info.num_partitions, racks)

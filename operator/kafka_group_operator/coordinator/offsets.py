@@ -1,0 +1,231 @@
+"""Committed offsets: commit and fetch validation, their replay, and retention (KIP-211).
+
+Commit rules (DESIGN §2, KIP-848's OffsetCommit v9+):
+
+* A member commits with its id and its *current* epoch. Unknown member or group:
+  ``UNKNOWN_MEMBER_ID`` (a removed zombie lands here); another epoch: ``STALE_MEMBER_EPOCH``
+  (retriable after the next heartbeat); both fail the whole request.
+* Per partition, the member must own it (assigned, or still revoking it so that it can
+  commit its final position). Otherwise that partition fails with ``UNKNOWN_MEMBER_ID``:
+  Kafka's own client reads it as "the partition was assigned to another member"
+  (``CommitFailedException``) and must not retry, which is exactly the meaning here.
+* An administrative commit (member id ``""``, epoch -1, as Kafka's admin client sends) is
+  accepted while the group has no members at all. While the group's assignment is paused
+  (an online reset), it is accepted per partition once no member owns that partition any
+  more, and fails with ``REBALANCE_IN_PROGRESS`` (retriable) while one still does. On an
+  active, unpaused group it fails with ``UNKNOWN_MEMBER_ID``, as in Kafka.
+* Metadata longer than 4096 UTF-8 bytes (``offset.metadata.max.bytes``) fails that
+  partition with ``OFFSET_METADATA_TOO_LARGE``.
+
+Retention: a group that has been empty for ``offsets_retention_ms`` (from the lifecycle
+record's ``empty_since_ms``; for a group that never had members, from its latest commit)
+loses its offsets and its group records, all as tombstones. Its GroupConfig record stays:
+the operator's ConsumerGroup resource still exists and only ``delete_group`` removes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kafka_group_operator.coordinator import errors, group, messages
+from kafka_group_operator.coordinator import records as coordinator_records
+from kafka_group_operator.coordinator.result import Result
+from kafka_group_records import records as schema
+
+MAX_METADATA_BYTES = 4096
+
+TopicPartition = messages.TopicPartition
+# Why a partition may not be committed (a Kafka error name), or None when it may.
+_PartitionCheck = Callable[[str, int], str | None]
+
+
+class OffsetStore:
+    """The committed offsets of every group on the shard, rebuilt by replay."""
+
+    def __init__(self) -> None:
+        self._offsets: dict[str, dict[TopicPartition, schema.OffsetCommitValue]] = {}
+        self._latest_commit_ms: dict[str, int] = {}
+
+    def replay(self, key: schema.OffsetCommitKey, value: schema.RecordValue | None) -> None:
+        partition = (key.topic, key.partition)
+        if value is None:
+            committed = self._offsets.get(key.group)
+            if committed is not None:
+                committed.pop(partition, None)
+                if not committed:
+                    del self._offsets[key.group]
+                    self._latest_commit_ms.pop(key.group, None)
+            return
+        assert isinstance(value, schema.OffsetCommitValue)
+        self._offsets.setdefault(key.group, {})[partition] = value
+        latest = self._latest_commit_ms.get(key.group, value.commit_timestamp)
+        self._latest_commit_ms[key.group] = max(latest, value.commit_timestamp)
+
+    def committed(self, group_id: str) -> Mapping[TopicPartition, schema.OffsetCommitValue]:
+        return self._offsets.get(group_id, {})
+
+    def has_offsets(self, group_id: str) -> bool:
+        return group_id in self._offsets
+
+    def latest_commit_ms(self, group_id: str) -> int | None:
+        return self._latest_commit_ms.get(group_id)
+
+    def group_ids(self) -> list[str]:
+        return list(self._offsets)
+
+
+def commit_offsets(
+    store: OffsetStore,
+    existing: group.ConsumerGroup | None,
+    request: messages.OffsetCommitRequest,
+    now_ms: int,
+) -> Result[messages.OffsetCommitResponse]:
+    if not request.group_id:
+        raise errors.InvalidRequest("GroupId can't be empty.")
+    is_admin = request.member_id == "" and request.member_epoch == messages.LEAVE_EPOCH
+    failed: dict[TopicPartition, str] = {}
+    if is_admin:
+        may_commit = _admin_permission(existing)
+    else:
+        member = _validated_member(existing, request.group_id, request.member_id)
+        if request.member_epoch != member.member_epoch:
+            raise errors.StaleMemberEpoch(
+                f"Member epoch {request.member_epoch} is not the current {member.member_epoch}."
+            )
+        assert existing is not None
+        may_commit = _member_permission(existing, member)
+    records = []
+    for (topic, partition), commit in sorted(request.offsets.items()):
+        refusal = may_commit(topic, partition)
+        if refusal is None and len(commit.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+            refusal = errors.OffsetMetadataTooLarge.name
+        if refusal is not None:
+            failed[(topic, partition)] = refusal
+            continue
+        records.append(
+            coordinator_records.new_offset_commit_record(
+                request.group_id, topic, partition, commit, now_ms
+            )
+        )
+    return Result(messages.OffsetCommitResponse(errors=failed), records)
+
+
+def _validated_member(
+    existing: group.ConsumerGroup | None, group_id: str, member_id: str
+) -> group.Member:
+    if existing is None:
+        raise errors.UnknownMemberId(f"Group {group_id} has no members.")
+    member = existing.members.get(member_id)
+    if member is None or not member.has_subscription:
+        raise errors.UnknownMemberId(f"Member {member_id!r} is not in group {group_id}.")
+    return member
+
+
+def _member_permission(existing: group.ConsumerGroup, member: group.Member) -> _PartitionCheck:
+    ids = existing.topic_ids_by_name
+
+    def check(topic: str, partition: int) -> str | None:
+        topic_id = ids.get(topic)
+        if topic_id is not None and existing.owners.get((topic_id, partition)) == member.member_id:
+            return None
+        return errors.UnknownMemberId.name
+
+    return check
+
+
+def _admin_permission(existing: group.ConsumerGroup | None) -> _PartitionCheck:
+    if existing is None or not existing.members:
+        return _anything
+    if not existing.settings.assignment_paused:
+        raise errors.UnknownMemberId(
+            f"Group {existing.group_id} has active members: only its members may commit."
+        )
+    ids = existing.topic_ids_by_name
+
+    def check(topic: str, partition: int) -> str | None:
+        topic_id = ids.get(topic)
+        if topic_id is not None and (topic_id, partition) in existing.owners:
+            return errors.RebalanceInProgress.name
+        return None
+
+    return check
+
+
+def _anything(topic: str, partition: int) -> str | None:
+    return None
+
+
+def fetch_offsets(
+    store: OffsetStore,
+    existing: group.ConsumerGroup | None,
+    request: messages.OffsetFetchRequest,
+) -> messages.OffsetFetchResponse:
+    if request.member_id is not None:
+        member = _validated_member(existing, request.group_id, request.member_id)
+        if request.member_epoch is not None and request.member_epoch != member.member_epoch:
+            raise errors.StaleMemberEpoch(
+                f"Member epoch {request.member_epoch} is not the current {member.member_epoch}."
+            )
+    committed = store.committed(request.group_id)
+    wanted = committed.keys() if request.partitions is None else request.partitions
+    return messages.OffsetFetchResponse(
+        offsets={
+            partition: _committed_offset(committed[partition])
+            for partition in sorted(wanted)
+            if partition in committed
+        }
+    )
+
+
+def _committed_offset(value: schema.OffsetCommitValue) -> messages.CommittedOffset:
+    return messages.CommittedOffset(
+        offset=value.offset,
+        metadata=value.metadata,
+        leader_epoch=value.leader_epoch,
+        commit_timestamp=value.commit_timestamp,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Retention
+
+
+def retention_deadline_ms(
+    store: OffsetStore, existing: group.ConsumerGroup | None, group_id: str
+) -> int | None:
+    """When the group's offsets and records expire, or None while it has members."""
+    if existing is not None and existing.members:
+        return None
+    if not store.has_offsets(group_id) and not _has_group_records(existing):
+        return None
+    settings = existing.settings if existing is not None else group.DEFAULT_CONFIG
+    if (
+        existing is not None
+        and existing.empty_since_ms is not None
+        and existing.empty_since_ms >= 0
+    ):
+        base = existing.empty_since_ms
+    else:
+        latest = store.latest_commit_ms(group_id)
+        if latest is None:
+            return None
+        base = latest
+    return base + settings.offsets_retention_ms
+
+
+def offset_tombstones(store: OffsetStore, group_id: str) -> list[schema.Record]:
+    """Tombstones for every committed offset of the group (expiry or deletion)."""
+    return [
+        coordinator_records.new_offset_commit_tombstone(group_id, topic, partition)
+        for topic, partition in sorted(store.committed(group_id))
+    ]
+
+
+def _has_group_records(existing: group.ConsumerGroup | None) -> bool:
+    return existing is not None and (
+        bool(existing.target)
+        or existing.has_target_epoch
+        or existing.has_partition_metadata
+        or existing.empty_since_ms is not None
+        or existing.has_group_epoch
+    )

@@ -1,0 +1,280 @@
+"""One coordinator shard: the groups of one state-topic partition (``GroupCoordinatorShard``).
+
+Sans-IO. The runtime calls a write handler, appends the returned records to the state topic,
+waits for the acknowledgement, feeds each record to ``replay`` and only then answers the
+caller. Loading at start-up is the same ``replay`` over the topic, followed by
+``on_loaded``. Timers are the runtime's job too: it asks ``next_deadline_ms`` and calls
+``on_timer``.
+
+This module routes: membership requests to ``membership``, offsets to ``offsets``, and each
+replayed record to the aggregate its key type names. Transition tables are enforced on live
+replay only (after ``on_loaded``); while loading, compacted records may arrive in an order
+that passes through meaningless intermediate states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kafka_group_operator import assignors as assignor_registry
+from kafka_group_operator.assignors import api as assignor_api
+from kafka_group_operator.coordinator import (
+    errors,
+    group,
+    group_state,
+    membership,
+    messages,
+    offsets,
+    timers,
+)
+from kafka_group_operator.coordinator import records as coordinator_records
+from kafka_group_operator.coordinator.result import Result
+from kafka_group_records import records as schema
+
+_MEMBER_KEYS = (
+    schema.ConsumerGroupMemberMetadataKey,
+    schema.ConsumerGroupTargetAssignmentMemberKey,
+    schema.ConsumerGroupCurrentMemberAssignmentKey,
+)
+
+
+class CoordinatorShard:
+    def __init__(
+        self, assignors: Mapping[str, assignor_api.PartitionAssignor] | None = None
+    ) -> None:
+        self._groups: dict[str, group.ConsumerGroup] = {}
+        self._offsets = offsets.OffsetStore()
+        self._deadlines = timers.Deadlines()
+        self._membership = membership.Membership(
+            self._groups,
+            assignors if assignors is not None else assignor_registry.ASSIGNORS,
+            self._deadlines,
+        )
+        self._loading = True
+
+    # -----------------------------------------------------------------------------------
+    # Write handlers: validate, return records; never mutate hard state
+
+    def heartbeat(
+        self, request: messages.HeartbeatRequest, now_ms: int
+    ) -> Result[messages.HeartbeatResponse]:
+        return self._membership.heartbeat(request, now_ms)
+
+    def commit_offsets(
+        self, request: messages.OffsetCommitRequest, now_ms: int
+    ) -> Result[messages.OffsetCommitResponse]:
+        return offsets.commit_offsets(
+            self._offsets, self._groups.get(request.group_id), request, now_ms
+        )
+
+    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> Result[None]:
+        return self._membership.configure_group(settings, now_ms)
+
+    def remove_members(
+        self, request: messages.RemoveMembersRequest, now_ms: int
+    ) -> Result[dict[str, str | None]]:
+        return self._membership.remove_members(request, now_ms)
+
+    def update_topics(self, topics: Mapping[str, messages.TopicInfo], now_ms: int) -> Result[None]:
+        return self._membership.update_topics(topics, now_ms)
+
+    def delete_group(self, request: messages.DeleteGroupRequest, now_ms: int) -> Result[None]:
+        group_id = request.group_id
+        existing = self._groups.get(group_id)
+        if existing is None and not self._offsets.has_offsets(group_id):
+            raise errors.GroupIdNotFound(f"Group {group_id} does not exist.")
+        if existing is not None and existing.members and not request.force:
+            raise errors.NonEmptyGroup(f"Group {group_id} still has members.")
+        records = offsets.offset_tombstones(self._offsets, group_id)
+        if existing is not None:
+            records.extend(membership.group_tombstones(existing, keep_config=False))
+        return Result(None, records)
+
+    def on_timer(self, now_ms: int) -> Result[None]:
+        """Fence members whose session or rebalance timeout passed; expire idle groups."""
+        fenced: dict[str, list[str]] = {}
+        records: list[schema.Record] = []
+        for key, armed in self._deadlines.due(now_ms):
+            existing = self._groups.get(key.group_id)
+            if key.kind is timers.TimerKind.RETENTION:
+                deadline = offsets.retention_deadline_ms(self._offsets, existing, key.group_id)
+                if deadline is None:
+                    self._deadlines.cancel(key)
+                elif deadline > now_ms:
+                    self._deadlines.arm(key, deadline)
+                else:
+                    records.extend(offsets.offset_tombstones(self._offsets, key.group_id))
+                    if existing is not None:
+                        records.extend(membership.group_tombstones(existing, keep_config=True))
+                continue
+            member = existing.members.get(key.member_id) if existing is not None else None
+            expired = member is not None and (
+                key.kind is timers.TimerKind.SESSION
+                or (
+                    member.state is group_state.MemberState.UNREVOKED_PARTITIONS
+                    and member.member_epoch == armed.tag
+                )
+            )
+            if not expired:
+                self._deadlines.cancel(key)
+                continue
+            fenced.setdefault(key.group_id, [])
+            if key.member_id not in fenced[key.group_id]:
+                fenced[key.group_id].append(key.member_id)
+        for group_id, member_ids in fenced.items():
+            records.extend(
+                self._membership.removal_records(self._groups[group_id], member_ids, now_ms)
+            )
+        return Result(None, records)
+
+    def next_deadline_ms(self) -> int | None:
+        return self._deadlines.next_deadline_ms()
+
+    # -----------------------------------------------------------------------------------
+    # Reads
+
+    def fetch_offsets(self, request: messages.OffsetFetchRequest) -> messages.OffsetFetchResponse:
+        return offsets.fetch_offsets(self._offsets, self._groups.get(request.group_id), request)
+
+    def describe_group(self, group_id: str) -> messages.GroupDescription:
+        existing = self._groups.get(group_id)
+        if existing is None:
+            if not self._offsets.has_offsets(group_id):
+                raise errors.GroupIdNotFound(f"Group {group_id} does not exist.")
+            existing = group.ConsumerGroup(group_id)
+        members = sorted(
+            existing.members.values(),
+            key=lambda member: (
+                member.instance_id is None,
+                member.instance_id or "",
+                member.member_id,
+            ),
+        )
+        return messages.GroupDescription(
+            group_id=group_id,
+            state=existing.state.value,
+            group_epoch=existing.group_epoch,
+            assignment_epoch=existing.assignment_epoch,
+            assignor=existing.settings.assignor,
+            members=tuple(
+                messages.MemberDescription(
+                    member_id=member.member_id,
+                    instance_id=member.instance_id,
+                    rack_id=member.rack_id,
+                    member_epoch=member.member_epoch,
+                    state=member.state.name,
+                    subscribed_topic_names=member.subscribed_topic_names,
+                    assignment=existing.by_name(member.assigned),
+                    target_assignment=existing.by_name(existing.target.get(member.member_id, {})),
+                    partitions_pending_revocation=existing.by_name(member.pending_revocation),
+                )
+                for member in members
+            ),
+        )
+
+    def list_groups(self) -> list[str]:
+        return sorted(set(self._groups) | set(self._offsets.group_ids()))
+
+    # -----------------------------------------------------------------------------------
+    # Replay: the only state mutation
+
+    def replay(self, record: schema.Record) -> None:
+        key = record.key
+        if isinstance(key, schema.OffsetCommitKey):
+            self._offsets.replay(key, record.value)
+            self._rearm_retention(key.group)
+            return
+        if isinstance(key, schema.GroupMetadataKey | schema.LoadMarkerKey):
+            # Classic groups are carried through, never interpreted; markers are the loader's.
+            return
+        group_id = key.group_id
+        existing = self._groups.get(group_id)
+        if existing is None:
+            if record.value is None:
+                return
+            existing = self._groups[group_id] = group.ConsumerGroup(group_id)
+        existing.apply(record, strict=not self._loading)
+        if (
+            isinstance(key, schema.ConsumerGroupMemberMetadataKey)
+            and record.value is None
+            and key.member_id not in existing.members
+        ):
+            self._deadlines.cancel(timers.session_key(group_id, key.member_id))
+            self._deadlines.cancel(timers.rebalance_key(group_id, key.member_id))
+        if existing.state is group_state.GroupState.DEAD:
+            del self._groups[group_id]
+        self._rearm_retention(group_id)
+
+    def on_loaded(self, now_ms: int) -> None:
+        """After a load: restart every soft timer from ``now_ms`` and check transitions."""
+        self._loading = False
+        self._deadlines.clear()
+        for existing in self._groups.values():
+            settings = existing.settings
+            for member in existing.members.values():
+                self._deadlines.arm(
+                    timers.session_key(existing.group_id, member.member_id),
+                    now_ms + settings.session_timeout_ms,
+                )
+                if member.state is group_state.MemberState.UNREVOKED_PARTITIONS:
+                    self._deadlines.arm(
+                        timers.rebalance_key(existing.group_id, member.member_id),
+                        now_ms + membership.rebalance_timeout_ms(member.subscription(), settings),
+                        member.member_epoch,
+                    )
+        for group_id in self.list_groups():
+            self._rearm_retention(group_id)
+
+    def _rearm_retention(self, group_id: str) -> None:
+        deadline = offsets.retention_deadline_ms(
+            self._offsets, self._groups.get(group_id), group_id
+        )
+        key = timers.retention_key(group_id)
+        if deadline is None:
+            self._deadlines.cancel(key)
+        else:
+            self._deadlines.arm(key, deadline)
+
+    # -----------------------------------------------------------------------------------
+    # Introspection
+
+    def canonical_state(self) -> dict[str, Any]:
+        """Every piece of hard state as plain, ordered data: equal states dump equal."""
+
+        def assignment(value: coordinator_records.TopicIdAssignment) -> list[Any]:
+            return [(str(topic), sorted(parts)) for topic, parts in sorted(value.items()) if parts]
+
+        groups: dict[str, Any] = {}
+        for group_id, existing in sorted(self._groups.items()):
+            groups[group_id] = {
+                "state": existing.state.name,
+                "group_epoch": existing.group_epoch,
+                "assignment_epoch": existing.assignment_epoch,
+                "config": existing.config,
+                "empty_since_ms": existing.empty_since_ms,
+                "topics": sorted(existing.topics.values(), key=lambda t: t.topic_name),
+                "target": {m: assignment(t) for m, t in sorted(existing.target.items())},
+                "members": {
+                    member_id: (
+                        member.subscription(),
+                        member.member_epoch,
+                        member.previous_member_epoch,
+                        member.state.name,
+                        assignment(member.assigned),
+                        assignment(member.pending_revocation),
+                    )
+                    for member_id, member in sorted(existing.members.items())
+                },
+                "owners": sorted((str(t), p, m) for (t, p), m in existing.owners.items()),
+                "static_members": sorted(existing.static_members.items()),
+                "subscribed_topics": sorted(existing.subscribed_topics.items()),
+                "unreconciled": sorted(existing.unreconciled),
+            }
+        return {
+            "groups": groups,
+            "offsets": {
+                group_id: sorted(self._offsets.committed(group_id).items())
+                for group_id in sorted(self._offsets.group_ids())
+            },
+        }
