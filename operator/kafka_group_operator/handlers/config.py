@@ -22,7 +22,7 @@ class ConfigError(ValueError):
     """An operator setting is missing or malformed."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class OperatorConfig:
     bootstrap_servers: str
     state_topic: str = "kafka-group-operator.group-state"

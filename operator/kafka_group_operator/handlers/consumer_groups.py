@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -163,7 +163,7 @@ async def _check_dependencies(
 
 
 async def apply_children(
-    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, owner: Mapping[str, Any]
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, owner: kopf.Body
 ) -> None:
     """Create what is missing and bring the StatefulSet to the spec; adopt everything."""
     kube = state.kube
@@ -303,9 +303,9 @@ async def observe(stopped: Any, body: kopf.Body, memo: Any, logger: Any, **_: An
 
 @kopf.on.event("", "v1", "pods", labels={consumer_group.GROUP_LABEL: kopf.PRESENT})
 async def pod_event(
-    type: str | None,  # noqa: A002 - kopf's keyword
+    type: str,  # noqa: A002 - kopf's keyword
     name: str,
-    namespace: str,
+    namespace: str | None,
     labels: Mapping[str, str],
     memo: Any,
     logger: Any,
@@ -313,7 +313,7 @@ async def pod_event(
 ) -> None:
     group_name = labels[consumer_group.GROUP_LABEL]
     ordinal = consumer_group.ordinal_of(group_name, name)
-    if ordinal is None or type is None:
+    if ordinal is None or namespace is None:
         return
     state = lifecycle.state_of(memo)
     owner = await state.kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, group_name)
@@ -333,7 +333,7 @@ async def pod_event(
     if results.get(name) is None:
         logger.info("pod %s is beyond %d replicas: its member left for good", name, group.replicas)
         kopf.info(
-            owner,
+            kopf.Body(cast("kopf.RawBody", owner)),
             reason="MemberRemoved",
             message=f"{name} is beyond spec.replicas={group.replicas}: its partitions move now",
         )

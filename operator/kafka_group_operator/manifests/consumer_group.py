@@ -27,6 +27,7 @@ INJECTED_ENV = (
     "KGO_COORDINATOR_URL",
     "KGO_GROUP_TOKEN",
     "KGO_INSTANCE_ID",
+    "KGO_MEMBER_ID",
     "KGO_TOPICS",
     "KAFKA_BOOTSTRAP_SERVERS",
     "KGO_AUTO_OFFSET_RESET",
@@ -193,6 +194,8 @@ def _injected_env(
             },
         },
         {"name": "KGO_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        # A container restarted inside its pod rejoins as the same member (same UID).
+        {"name": "KGO_MEMBER_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {"name": "KGO_TOPICS", "value": ",".join(group.topics)},
         {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": group.kafka.bootstrap_servers},
         {"name": "KGO_AUTO_OFFSET_RESET", "value": group.auto_offset_reset},

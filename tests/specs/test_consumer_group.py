@@ -1,0 +1,82 @@
+"""The typed view of a ConsumerGroup: defaults and what the schema cannot reject."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kafka_group_operator.specs import consumer_group, errors
+
+
+def _spec(**changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "topics": ["orders"],
+        "kafka": {"bootstrapServers": "kafka:9092"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+    }
+    spec.update(changes)
+    return spec
+
+
+def test_defaults_follow_the_crd() -> None:
+    group = consumer_group.parse_consumer_group("orders", "shop", _spec())
+    assert group.group_id == "shop.orders"
+    assert group.topics == ("orders",)
+    assert (group.replicas, group.assignor, group.deletion_policy) == (
+        1,
+        "cooperative-sticky",
+        "Retain",
+    )
+    assert (group.session_timeout_seconds, group.rebalance_timeout_seconds) == (45, 300)
+    assert (group.auto_offset_reset, group.offsets_retention_minutes) == ("latest", 10080)
+    assert group.paused is False
+    assert group.kafka == consumer_group.KafkaConnection("kafka:9092", None)
+
+
+def test_explicit_fields_are_kept() -> None:
+    group = consumer_group.parse_consumer_group(
+        "payments",
+        "shop",
+        _spec(
+            groupId="payments-v2",
+            replicas=6,
+            assignor="uniform",
+            deletionPolicy="Delete",
+            paused=True,
+            kafka={"bootstrapServers": "a:9093,b:9093", "secretRef": {"name": "kafka-tls"}},
+            offsetReset={"to": "earliest"},
+        ),
+    )
+    assert group.group_id == "payments-v2"
+    assert (group.replicas, group.assignor, group.deletion_policy, group.paused) == (
+        6,
+        "uniform",
+        "Delete",
+        True,
+    )
+    assert group.kafka == consumer_group.KafkaConnection("a:9093,b:9093", "kafka-tls")
+    assert group.offset_reset == {"to": "earliest"}
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "message"),
+    [
+        ("x" * 53, _spec(), "longer than 52"),
+        ("orders", _spec(topics=[]), "topics"),
+        ("orders", _spec(topics=["a", "a"]), "more than once"),
+        ("orders", _spec(topics=["bad topic"]), "legal Kafka topic"),
+        ("orders", _spec(groupId="bad group"), "legal Kafka group"),
+        ("orders", _spec(replicas=True), "replicas must be an integer"),
+        ("orders", _spec(replicas=10001), "between 0 and 10000"),
+        ("orders", _spec(assignor="magic"), "assignor must be one of"),
+        ("orders", _spec(kafka={"bootstrapServers": "kafka"}), "host:port"),
+        ("orders", _spec(kafka={"bootstrapServers": "k:1", "secretRef": {}}), "secretRef"),
+        ("orders", _spec(template={"spec": {}}), "containers"),
+        ("orders", _spec(paused="yes"), "paused"),
+    ],
+)
+def test_invalid_specs(name: str, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(errors.InvalidSpec, match=message) as caught:
+        consumer_group.parse_consumer_group(name, "shop", spec)
+    assert caught.value.reason == "InvalidSpec"

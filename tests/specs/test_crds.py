@@ -1,0 +1,158 @@
+"""The CRDs in crds/: their shape, their schemas against examples/ and bad resources, and the
+chart's generated copy."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+
+from kafka_group_operator.commands import chart
+from tests.support import kube_schema
+
+# Kubernetes evaluates CRD patterns with Go's RE2: no lookaround, no backreferences.
+_NOT_RE2 = re.compile(r"\(\?[=!<]|\\[1-9]")
+
+
+def _walk(schema: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(schema, dict):
+        yield schema
+        for value in schema.values():
+            yield from _walk(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _walk(value)
+
+
+def test_consumer_group_crd_names_subresources_and_columns() -> None:
+    crd = kube_schema.load_crd("consumergroups")
+    assert crd["spec"]["group"] == "kafkagroups.io"
+    assert crd["spec"]["names"]["shortNames"] == ["cg"]
+    assert crd["spec"]["names"]["categories"] == ["kafka"]
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.labelSelector",
+        },
+    }
+    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Replicas": ".spec.replicas",
+        "Ready": ".status.readyMembers",
+        "State": ".status.state",
+        "Epoch": ".status.groupEpoch",
+        "Lag": ".status.lag.total",
+        "Group": ".spec.groupId",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_offset_snapshot_crd_names_and_status() -> None:
+    crd = kube_schema.load_crd("offsetsnapshots")
+    assert crd["spec"]["names"]["shortNames"] == ["osnap"]
+    assert crd["spec"]["names"]["categories"] == ["kafka"]
+    (version,) = crd["spec"]["versions"]
+    assert version["subresources"] == {"status": {}}
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Succeeded", "Failed"]
+    for field in ("sparkApplication", "location", "records", "partitions", "takenAt", "checksum"):
+        assert field in status
+
+
+@pytest.mark.parametrize("plural", ["consumergroups", "offsetsnapshots"])
+def test_patterns_are_re2_compatible(plural: str) -> None:
+    patterns = [
+        node["pattern"] for node in _walk(kube_schema.schema_of(plural)) if "pattern" in node
+    ]
+    assert patterns, "the schema should constrain names with patterns"
+    assert [p for p in patterns if _NOT_RE2.search(p)] == []
+
+
+@pytest.mark.parametrize(
+    ("plural", "kind"),
+    [("consumergroups", "ConsumerGroup"), ("offsetsnapshots", "OffsetSnapshot")],
+)
+def test_examples_are_valid(plural: str, kind: str) -> None:
+    resources = kube_schema.examples(kind)
+    assert resources, f"examples/ should hold a {kind}"
+    for resource in resources:
+        kube_schema.validate(plural, resource)
+        assert list(kube_schema.pruned_paths(kube_schema.schema_of(plural), resource)) == []
+
+
+def _example_group() -> dict[str, Any]:
+    return copy.deepcopy(kube_schema.examples("ConsumerGroup")[0])
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("spec", "assignor"), "sticky-ish"),
+        (("spec", "replicas"), -1),
+        (("spec", "topics"), []),
+        (("spec", "topics"), ["orders", "orders"]),
+        (("spec", "topics"), ["has space"]),
+        (("spec", "groupId"), "x" * 250),
+        (("spec", "kafka", "bootstrapServers"), "no-port"),
+        (("spec", "sessionTimeoutSeconds"), 1),
+        (("spec", "deletionPolicy"), "Orphan"),
+        (("spec", "autoOffsetReset"), "smallest"),
+        (("spec", "offsetReset"), {"to": "yesterday"}),
+        (("spec", "offsetReset"), {"to": "duration", "duration": "1h"}),
+        (("spec", "snapshots"), {"schedule": "daily", "storage": {"uri": "file:///x"}}),
+        (("spec", "snapshots"), {"schedule": "0 2 * * *", "storage": {"uri": "ftp://x"}}),
+        (("spec", "template"), {"spec": {"containers": []}}),
+    ],
+)
+def test_invalid_consumer_groups_are_rejected(path: tuple[str, ...], value: Any) -> None:
+    resource = _example_group()
+    target = resource
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        kube_schema.validate("consumergroups", resource)
+
+
+@pytest.mark.parametrize("missing", ["topics", "template", "kafka"])
+def test_required_consumer_group_fields(missing: str) -> None:
+    resource = _example_group()
+    del resource["spec"][missing]
+    with pytest.raises(jsonschema.ValidationError):
+        kube_schema.validate("consumergroups", resource)
+
+
+def test_invalid_offset_snapshot_is_rejected() -> None:
+    snapshot = copy.deepcopy(kube_schema.examples("OffsetSnapshot")[0])
+    snapshot["spec"]["spark"]["mode"] = "yarn"
+    with pytest.raises(jsonschema.ValidationError):
+        kube_schema.validate("offsetsnapshots", snapshot)
+    del snapshot["spec"]["consumerGroupRef"]
+    snapshot["spec"]["spark"]["mode"] = "local"
+    with pytest.raises(jsonschema.ValidationError):
+        kube_schema.validate("offsetsnapshots", snapshot)
+
+
+def test_chart_crds_are_generated_from_crds() -> None:
+    assert chart.differences(kube_schema.ROOT) == []
+
+
+def test_a_stale_chart_crd_is_detected(tmp_path: Any) -> None:
+    (tmp_path / "crds").mkdir()
+    for path in kube_schema.CRDS.glob("*.yaml"):
+        (tmp_path / "crds" / path.name).write_text(path.read_text())
+    assert chart.differences(tmp_path) == sorted(p.name for p in kube_schema.CRDS.glob("*.yaml"))
+    args = type("Args", (), {"check": False, "root": tmp_path})()
+    assert chart.run(args) == 0  # type: ignore[arg-type]
+    assert chart.differences(tmp_path) == []
+    stale = tmp_path / chart.CHART_CRDS / "consumergroups.kafkagroups.io.yaml"
+    stale.write_text(stale.read_text().replace("minimum: 0", "minimum: 1"))
+    assert chart.differences(tmp_path) == ["consumergroups.kafkagroups.io.yaml"]
