@@ -1,0 +1,46 @@
+"""Errors of the state topic itself, each carrying the Kafka error code that best names it.
+
+Requests never see these: the runtime turns a failed write into a retriable coordinator
+error (``coordinator.errors``). They surface where a caller must act, e.g. ``start()``
+refusing a state topic created with the wrong settings.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class StateTopicError(Exception):
+    """Base of every state-topic failure."""
+
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+
+
+class StateTopicMisconfigured(StateTopicError):
+    """The topic exists with settings that would lose or misplace state; it is not used."""
+
+    code, name = 40, "INVALID_CONFIG"
+
+
+class StateTopicUnavailable(StateTopicError):
+    """The broker could not be reached or refused the request; trying again may work."""
+
+    code, name, retriable = 15, "COORDINATOR_NOT_AVAILABLE", True
+
+
+class WriteFailed(StateTopicError):
+    """Records were not acknowledged; whether the broker kept them is unknown."""
+
+    code, name, retriable = 15, "COORDINATOR_NOT_AVAILABLE", True
+
+    def __init__(self, message: str, kafka_error_name: str) -> None:
+        super().__init__(message)
+        self.kafka_error_name = kafka_error_name
+
+
+class LoadFailed(StateTopicError):
+    """A partition's records could not be decoded; its groups stay unavailable."""
+
+    code, name = 2, "CORRUPT_MESSAGE"

@@ -1,0 +1,229 @@
+"""Reads state-topic partitions from the beginning to their end, at start-up or after a fault.
+
+Finding "the end" must not trust the high watermark: some Kafka-protocol brokers report a
+wrong one, and a watermark read before the last write landed is stale anyway. The loader
+therefore first appends a ``LoadMarker`` record with a fresh nonce to every partition it
+loads, and a partition is read once its own marker comes back. Everything before the
+marker is then in, including writes acknowledged to anyone before the load began.
+
+While reading, the loader compacts exactly as Kafka's log cleaner would: the last record per
+key bytes wins and keeps its place in the log (the survivors' order is the order of their last
+occurrence), and a key whose last record is a tombstone is gone. Only the survivors are
+decoded and replayed, so a log that was never compacted loads into the same state as the
+compacted one, and loading costs one dict update per record plus one decode per live key.
+Markers themselves are never replayed. Unknown record types are skipped with a warning, as
+Kafka's loader does; any other undecodable record fails that partition's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from kafka_group_operator.runtime import errors, writer
+from kafka_group_records import codec, records
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MARKER_KEY = codec.encode_key(records.LoadMarkerKey())
+# How many records one consume() call may hand over; large batches keep Python out of the way.
+_CONSUME_BATCH = 10_000
+
+
+def compact(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | None]:
+    """The log as Kafka's cleaner leaves it: last record per key, in last-occurrence order."""
+    survivors: dict[bytes, bytes | None] = {}
+    for key, value in log:
+        if key == MARKER_KEY:
+            continue
+        # Re-inserting moves the key to the end, where its newest record sits in the log.
+        survivors.pop(key, None)
+        survivors[key] = value
+    return survivors
+
+
+def decode_survivors(
+    survivors: Mapping[bytes, bytes | None], partition: int = -1
+) -> list[records.Record]:
+    """Decode the live records of a compacted partition (tombstoned keys are gone)."""
+    decoded = []
+    unknown: dict[int, int] = {}
+    for key, value in survivors.items():
+        if value is None:
+            continue
+        try:
+            decoded.append(codec.decode_record(key, value))
+        except codec.UnknownRecordType as error:
+            unknown[error.key_version] = unknown.get(error.key_version, 0) + 1
+        except codec.CodecError as error:
+            raise errors.LoadFailed(
+                f"undecodable record in state partition {partition}: {error}"
+            ) from error
+    for key_version, count in sorted(unknown.items()):
+        logger.warning(
+            "skipped %d records of unknown type %d in state partition %d",
+            count,
+            key_version,
+            partition,
+        )
+    return decoded
+
+
+def replay_order(log: Iterable[tuple[bytes, bytes | None]]) -> list[records.Record]:
+    """The records a load replays for ``log`` (one partition's key/value bytes, in order)."""
+    return decode_survivors(compact(log))
+
+
+def new_marker(now_ms: int) -> tuple[str, writer.EncodedRecord]:
+    nonce = uuid.uuid4().hex
+    marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, now_ms))
+    return nonce, codec.encode_record(marker)
+
+
+class PartitionLoader:
+    """Loads a set of partitions: markers first, then one consumer reading them all."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topic: str,
+        state_writer: writer.StateWriter,
+        kafka_config: Mapping[str, str],
+        clock_ms: Callable[[], int],
+        retry_backoff_s: float = 0.5,
+    ) -> None:
+        self.topic = topic
+        self._writer = state_writer
+        self._clock_ms = clock_ms
+        self._retry_backoff_s = retry_backoff_s
+        self._consumer_config: dict[str, str | int | bool] = {
+            "bootstrap.servers": bootstrap_servers,
+            # Never joins the group (assign() only): librdkafka merely insists on an id.
+            "group.id": f"{topic}.loader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            **kafka_config,
+        }
+
+    async def write_markers(self, partitions: Collection[int]) -> dict[int, str]:
+        """Append a fresh marker to each partition, retrying while the brokers are away."""
+        nonces: dict[int, str] = {}
+
+        async def one(partition: int) -> None:
+            while True:
+                nonce, encoded = new_marker(self._clock_ms())
+                try:
+                    await self._writer.append(partition, [encoded])
+                except errors.WriteFailed as error:
+                    logger.warning("load marker for partition %d not written: %s", partition, error)
+                    await asyncio.sleep(self._retry_backoff_s)
+                    continue
+                nonces[partition] = nonce
+                return
+
+        await asyncio.gather(*(one(partition) for partition in partitions))
+        return nonces
+
+    async def load(
+        self,
+        partitions: Collection[int],
+        build: Callable[[int, list[records.Record]], T],
+        on_loaded: Callable[[int, T | BaseException], None],
+    ) -> None:
+        """Load ``partitions``; for each, ``build`` its records (in the reading thread) and
+        hand the result, or the failure, to ``on_loaded`` on the event loop."""
+        nonces = await self.write_markers(partitions)
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+
+        def finished(partition: int, outcome: T | BaseException) -> None:
+            loop.call_soon_threadsafe(on_loaded, partition, outcome)
+
+        try:
+            await asyncio.to_thread(self._read, nonces, build, finished, stop)
+        finally:
+            stop.set()
+
+    def _read(
+        self,
+        nonces: dict[int, str],
+        build: Callable[[int, list[records.Record]], T],
+        finished: Callable[[int, T | BaseException], None],
+        stop: threading.Event,
+    ) -> None:
+        started = time.monotonic()
+        consumer = Consumer(self._consumer_config)
+        try:
+            consumer.assign(
+                [TopicPartition(self.topic, partition, OFFSET_BEGINNING) for partition in nonces]
+            )
+            survivors: dict[int, dict[bytes, bytes | None]] = {p: {} for p in nonces}
+            counts = dict.fromkeys(nonces, 0)
+            while survivors and not stop.is_set():
+                for message in consumer.consume(_CONSUME_BATCH, 0.2):
+                    if message.error() is not None:
+                        self._log_error(message.error())
+                        continue
+                    partition = message.partition()
+                    log = None if partition is None else survivors.get(partition)
+                    if partition is None or log is None:
+                        continue  # already loaded: a late message of the last fetch
+                    key = message.key()
+                    counts[partition] += 1
+                    if key == MARKER_KEY:
+                        if self._is_marker(message.value(), nonces[partition]):
+                            del survivors[partition]
+                            consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+                            finished(partition, self._build(partition, log, build))
+                            logger.info(
+                                "state partition %d loaded: %d records read, %d live keys, %.2fs",
+                                partition,
+                                counts[partition],
+                                len(log),
+                                time.monotonic() - started,
+                            )
+                        continue
+                    if key is not None:
+                        log.pop(key, None)
+                        log[key] = message.value()
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def _is_marker(value: bytes | None, nonce: str) -> bool:
+        if value is None:
+            return False
+        try:
+            marker = codec.decode_value(records.LoadMarkerKey(), value)
+        except codec.CodecError:
+            return False
+        return isinstance(marker, records.LoadMarkerValue) and marker.nonce == nonce
+
+    @staticmethod
+    def _build(
+        partition: int,
+        log: dict[bytes, bytes | None],
+        build: Callable[[int, list[records.Record]], T],
+    ) -> T | BaseException:
+        try:
+            return build(partition, decode_survivors(log, partition))
+        except Exception as error:
+            logger.exception("state partition %d failed to load", partition)
+            return error
+
+    @staticmethod
+    def _log_error(error: KafkaError | None) -> None:
+        if error is not None:
+            logger.warning("reading the state topic: %s", error.str())

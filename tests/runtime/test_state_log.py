@@ -1,0 +1,222 @@
+"""The state topic on a real broker: topic checks, acknowledged writes, the marker loader."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import errors, loader, topic, writer
+from kafka_group_records import records
+from tests.runtime import logs
+
+pytestmark = pytest.mark.broker
+
+
+def _settings(name: str, partitions: int = 3) -> topic.TopicSettings:
+    return topic.TopicSettings(name, partitions, replication_factor=1, min_insync_replicas=1)
+
+
+def _offset(group: str, tp: tuple[str, int], offset: int | None) -> records.Record:
+    key = records.OffsetCommitKey(group, tp[0], tp[1])
+    value = None if offset is None else records.OffsetCommitValue(offset, commit_timestamp=offset)
+    return records.Record(key, value)
+
+
+def test_missing_topic_is_created_compacted(broker: embedded.EmbeddedBroker) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    settings = _settings(logs.unique_topic())
+    assert topic.ensure_state_topic(admin, settings, 10) is True
+    # A second start finds it and accepts it.
+    assert topic.ensure_state_topic(admin, settings, 10) is False
+    described = admin.list_topics(timeout=10).topics[settings.name]
+    assert len(described.partitions) == 3
+
+
+@pytest.mark.parametrize(
+    ("config", "partitions", "complaint"),
+    [
+        ({"cleanup.policy": "delete"}, 3, "cleanup.policy=delete, expected compact"),
+        ({}, 3, "cleanup.policy=delete, expected compact"),
+        ({"cleanup.policy": "compact"}, 4, "has 4 partitions, expected 3"),
+        (
+            {"cleanup.policy": "compact", "min.insync.replicas": "2"},
+            3,
+            "min.insync.replicas=2, expected 1",
+        ),
+    ],
+)
+def test_a_wrongly_configured_topic_is_refused(
+    broker: embedded.EmbeddedBroker, config: dict[str, str], partitions: int, complaint: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = logs.unique_topic("wrong")
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(10)
+    with pytest.raises(errors.StateTopicMisconfigured, match=complaint) as raised:
+        topic.ensure_state_topic(admin, _settings(name), 10)
+    assert raised.value.code == 40
+
+
+async def _load(
+    bootstrap: str, name: str, partitions: list[int]
+) -> dict[int, list[records.Record] | BaseException]:
+    state_writer = writer.StateWriter(bootstrap, name, timeout_ms=5000, kafka_config={})
+    state_writer.start()
+    loaded: dict[int, list[records.Record] | BaseException] = {}
+    try:
+        partition_loader = loader.PartitionLoader(
+            bootstrap_servers=bootstrap,
+            topic=name,
+            state_writer=state_writer,
+            kafka_config={},
+            clock_ms=lambda: 1,
+        )
+        await asyncio.wait_for(
+            partition_loader.load(
+                partitions, lambda _p, replayed: replayed, lambda p, out: loaded.__setitem__(p, out)
+            ),
+            30,
+        )
+        await asyncio.sleep(0)  # on_loaded callbacks arrive through call_soon_threadsafe
+    finally:
+        state_writer.stop()
+    return loaded
+
+
+async def test_loader_reads_to_its_marker_and_keeps_the_last_record_per_key(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic.ensure_state_topic(admin, _settings(name), 10)
+    tp0, tp1, tp2 = ("orders", 0), ("orders", 1), ("payments", 0)
+    log = [
+        _offset("g", tp0, 1),
+        _offset("g", tp1, 1),
+        _offset("g", tp2, 5),
+        _offset("g", tp0, 2),
+        _offset("g", tp1, None),  # tombstone: the key is gone
+        _offset("h", tp0, 7),
+        _offset("g", tp0, 3),
+        records.Record(
+            records.ConsumerGroupMetadataKey("g"), records.ConsumerGroupMetadataValue(4)
+        ),
+    ]
+    # A previous loader's marker in the middle must not end this load.
+    old_marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue("old", 0))
+    encoded = logs.encode(log[:4]) + logs.encode([old_marker]) + logs.encode(log[4:])
+    logs.produce(broker.bootstrap, name, 1, encoded)
+
+    loaded = await _load(broker.bootstrap, name, [0, 1, 2])
+
+    assert loaded[0] == []
+    assert loaded[2] == []
+    assert loaded[1] == [
+        _offset("g", tp2, 5),
+        _offset("h", tp0, 7),
+        _offset("g", tp0, 3),
+        records.Record(
+            records.ConsumerGroupMetadataKey("g"), records.ConsumerGroupMetadataValue(4)
+        ),
+    ]
+
+
+async def test_loader_skips_unknown_record_types(broker: embedded.EmbeddedBroker) -> None:
+    name = logs.unique_topic()
+    topic.ensure_state_topic(
+        AdminClient({"bootstrap.servers": broker.bootstrap}), _settings(name, 1), 10
+    )
+    future_type = (b"\x00\x10\x00\x01g", b"\x00\x00\x00")  # key version 16: a share group
+    logs.produce(
+        broker.bootstrap, name, 0, [future_type, *logs.encode([_offset("g", ("t", 0), 9)])]
+    )
+    loaded = await _load(broker.bootstrap, name, [0])
+    assert loaded[0] == [_offset("g", ("t", 0), 9)]
+
+
+async def test_an_undecodable_record_fails_only_its_partition(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    topic.ensure_state_topic(
+        AdminClient({"bootstrap.servers": broker.bootstrap}), _settings(name, 2), 10
+    )
+    logs.produce(broker.bootstrap, name, 0, [(b"\x00\x01\x00\x09g", b"\x00\x03")])
+    logs.produce(broker.bootstrap, name, 1, logs.encode([_offset("g", ("t", 0), 9)]))
+    loaded = await _load(broker.bootstrap, name, [0, 1])
+    assert isinstance(loaded[0], errors.LoadFailed)
+    assert loaded[1] == [_offset("g", ("t", 0), 9)]
+
+
+async def test_a_compacted_and_an_uncompacted_log_load_the_same_records(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    rng = random.Random(7)
+    keys = [("g", ("t", p)) for p in range(20)] + [("h", ("t", p)) for p in range(5)]
+    log = []
+    for step in range(2000):
+        group, tp = rng.choice(keys)
+        log.append(_offset(group, tp, None if rng.random() < 0.1 else step))
+    encoded = logs.encode(log)
+    name = logs.unique_topic()
+    topic.ensure_state_topic(
+        AdminClient({"bootstrap.servers": broker.bootstrap}), _settings(name), 10
+    )
+    logs.produce(broker.bootstrap, name, 0, encoded)
+    logs.produce(broker.bootstrap, name, 1, logs.compact_like_kafka(encoded, keep_tombstones=True))
+    logs.produce(broker.bootstrap, name, 2, logs.compact_like_kafka(encoded, keep_tombstones=False))
+
+    loaded = await _load(broker.bootstrap, name, [0, 1, 2])
+
+    assert loaded[0] == loaded[1] == loaded[2]
+    live = {record.key: record.value for record in log}
+    assert {r.key: r.value for r in loaded[0]} == {k: v for k, v in live.items() if v is not None}  # type: ignore[union-attr]
+
+
+async def test_a_write_is_acknowledged_and_read_back(broker: embedded.EmbeddedBroker) -> None:
+    name = logs.unique_topic()
+    topic.ensure_state_topic(
+        AdminClient({"bootstrap.servers": broker.bootstrap}), _settings(name, 1), 10
+    )
+    state_writer = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    state_writer.start()
+    try:
+        batch = [_offset("g", ("t", p), p) for p in range(50)]
+        await state_writer.append(0, logs.encode(batch))
+    finally:
+        state_writer.stop()
+    loaded = await _load(broker.bootstrap, name, [0])
+    assert loaded[0] == batch
+
+
+async def test_writes_fail_while_the_broker_is_down_and_work_again_after(
+    fresh_broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    admin = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
+    topic.ensure_state_topic(admin, _settings(name, 1), 10)
+    state_writer = writer.StateWriter(
+        fresh_broker.bootstrap, name, timeout_ms=1500, kafka_config={}
+    )
+    state_writer.start()
+    try:
+        await state_writer.append(0, logs.encode([_offset("g", ("t", 0), 1)]))
+        fresh_broker.stop()
+        with pytest.raises(errors.WriteFailed) as raised:
+            await state_writer.append(0, logs.encode([_offset("g", ("t", 0), 2)]))
+        assert raised.value.retriable
+        fresh_broker.start()
+        # Callers retry a retriable failure; within a few attempts the writer is back.
+        for attempt in range(20):
+            try:
+                await state_writer.append(0, logs.encode([_offset("g", ("t", 0), 3)]))
+                break
+            except errors.WriteFailed:
+                assert attempt < 19, "the writer never recovered"
+    finally:
+        state_writer.stop()
+    loaded = await _load(fresh_broker.bootstrap, name, [0])
+    assert loaded[0] == [_offset("g", ("t", 0), 3)]
