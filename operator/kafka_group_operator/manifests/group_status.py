@@ -20,6 +20,7 @@ _STATES = {
     "assigning": "Assigning",
     "reconciling": "Reconciling",
     "stable": "Stable",
+    "paused": "Paused",
     "dead": "Dead",
 }
 _REBALANCING_STATES = ("Assigning", "Reconciling")
