@@ -125,9 +125,7 @@ def current(
 
 
 def target(member_id: str, *partitions: int) -> schema.Record:
-    return records.new_target_assignment_record(
-        GROUP, member_id, {TOPIC_ID: frozenset(partitions)}
-    )
+    return records.new_target_assignment_record(GROUP, member_id, {TOPIC_ID: frozenset(partitions)})
 
 
 def subscription(member_id: str, instance_id: str | None = None) -> schema.Record:

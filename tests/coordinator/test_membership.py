@@ -337,7 +337,8 @@ def test_pause_revokes_everything_cooperatively_and_resume_gives_it_back() -> No
     assert paused.records == [
         records.new_group_epoch_record(GROUP, 3),
         records.new_group_config_record(
-            GROUP, schema.GroupConfigValue(assignor="range", assignment_paused=True, topics=(TOPIC,))
+            GROUP,
+            schema.GroupConfigValue(assignor="range", assignment_paused=True, topics=(TOPIC,)),
         ),
         target("m0"),
         target("m1"),

@@ -686,10 +686,12 @@ def _current_of(
         return reconciliation.NEW_MEMBER
     current = current_assignment_of(source)
     if source.member_epoch == messages.STATIC_LEAVE_EPOCH:
-        # Back from a temporary leave: resume at the epoch it had before leaving.
+        # Back from a temporary leave: resume at the epoch it had before leaving, holding
+        # what it held. UNRELEASED makes reconciliation compare that with the target again
+        # (the member may have left before receiving all of it).
         epoch = source.previous_member_epoch
         current = reconciliation.CurrentAssignment(
-            epoch, epoch, MemberState.STABLE, source.assigned, {}
+            epoch, epoch, MemberState.UNRELEASED_PARTITIONS, source.assigned, {}
         )
     return current
 

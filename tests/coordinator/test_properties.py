@@ -1,0 +1,292 @@
+"""Property tests: random member lives against the coordinator, invariants checked after every step.
+
+Hypothesis drives simulated consumers (static and dynamic) through joins, heartbeats that
+report what they own, temporary and permanent leaves, crashes, commits, operator
+scale-downs, pauses, partition-count changes and the passage of time. A simulated consumer
+does what a real one does: it owns exactly the assignment of its last response, drops
+everything when it is fenced, and owns nothing once it has stopped.
+
+After every step:
+
+* no partition is owned by two members, neither in the coordinator's state (assigned or
+  pending revocation) nor among the live consumers' own views;
+* what a live consumer owns is what the coordinator thinks it owns (or less);
+* a live consumer can commit every partition it owns; a zombie cannot commit at all.
+
+Live replay also checks the group-state transition table on every record. At the end the
+group must converge once every consumer keeps heartbeating, and replaying the whole log
+from scratch must rebuild exactly the live state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+from kafka_group_operator.coordinator import errors, messages
+from tests.coordinator.harness import GROUP, TOPIC, Harness
+
+ASSIGNORS = ("cooperative-sticky", "uniform", "range", "sticky", "roundrobin")
+STATIC_SLOTS = 4
+SLOTS = 6  # slots 4 and 5 are dynamic members (no instance id)
+SESSION_MS = 30_000
+
+
+@dataclasses.dataclass
+class Consumer:
+    member_id: str
+    epoch: int
+    owned: frozenset[int] = frozenset()
+
+
+def holding(member: messages.MemberDescription) -> frozenset[int]:
+    """What the coordinator considers the member to own: assigned or still revoking."""
+    pending = member.partitions_pending_revocation.get(TOPIC, frozenset())
+    return member.assignment.get(TOPIC, frozenset()) | pending
+
+
+class World:
+    def __init__(self, assignor: str, partitions: int) -> None:
+        self.harness = Harness()
+        self.partitions = partitions
+        self.harness.topics({TOPIC: partitions})
+        self.settings = dict(
+            assignor=assignor,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=20_000,
+            assignment_paused=False,
+        )
+        self.harness.configure(**self.settings)
+        self.consumers: dict[int, Consumer] = {}
+        self.incarnations = itertools.count()
+
+    # --- what the coordinator thinks ------------------------------------------------
+
+    def members(self) -> dict[str, messages.MemberDescription]:
+        try:
+            description = self.harness.shard.describe_group(GROUP)
+        except errors.GroupIdNotFound:
+            return {}
+        return {member.member_id: member for member in description.members}
+
+    def group_epoch(self) -> int:
+        try:
+            return self.harness.shard.describe_group(GROUP).group_epoch
+        except errors.GroupIdNotFound:
+            return 0
+
+    def is_live(self, consumer: Consumer) -> bool:
+        return consumer.member_id in self.members()
+
+    # --- consumer actions -----------------------------------------------------------
+
+    def start(self, slot: int) -> None:
+        if slot in self.consumers:
+            return
+        member_id = f"c{slot}-{next(self.incarnations)}"
+        instance_id = f"{GROUP}-{slot}" if slot < STATIC_SLOTS else None
+        holder = next(
+            (m for m in self.members().values() if instance_id and m.instance_id == instance_id),
+            None,
+        )
+        epoch_before = self.group_epoch()
+        try:
+            result = self.harness.heartbeat(member_id, 0, instance_id=instance_id)
+        except errors.UnreleasedInstanceId:
+            assert holder is not None
+            assert holder.member_epoch != messages.STATIC_LEAVE_EPOCH
+            return
+        assert holder is None or holder.member_epoch == messages.STATIC_LEAVE_EPOCH
+        assignment = result.response.assignment
+        assert assignment is not None, "a join always carries the full assignment"
+        if holder is not None:
+            # A returning static member gets back what it had, as far as its target allows;
+            # when it had all of its target, exactly that, and the group epoch stays.
+            given = assignment.get(TOPIC, frozenset())
+            target = holder.target_assignment.get(TOPIC, frozenset())
+            assert given <= target
+            if holder.assignment == holder.target_assignment:
+                assert given == target
+                assert self.harness.shard.describe_group(GROUP).group_epoch == epoch_before
+        self.consumers[slot] = Consumer(
+            member_id, result.response.member_epoch, assignment.get(TOPIC, frozenset())
+        )
+
+    def heartbeat(self, slot: int) -> None:
+        consumer = self.consumers.get(slot)
+        if consumer is None:
+            return
+        instance_id = f"{GROUP}-{slot}" if slot < STATIC_SLOTS else None
+        owned = {TOPIC: consumer.owned} if consumer.owned else {}
+        live = self.is_live(consumer)
+        try:
+            result = self.harness.heartbeat(
+                consumer.member_id, consumer.epoch, owned=owned, instance_id=instance_id
+            )
+        except (errors.UnknownMemberId, errors.FencedInstanceId, errors.FencedMemberEpoch):
+            # Only a member the coordinator already removed is refused here.
+            assert not live
+            del self.consumers[slot]
+            return
+        consumer.epoch = result.response.member_epoch
+        if result.response.assignment is not None:
+            consumer.owned = result.response.assignment.get(TOPIC, frozenset())
+
+    def leave(self, slot: int, temporarily: bool) -> None:
+        consumer = self.consumers.pop(slot, None)
+        if consumer is None:
+            return
+        static = slot < STATIC_SLOTS
+        epoch = messages.STATIC_LEAVE_EPOCH if temporarily and static else messages.LEAVE_EPOCH
+        live = self.is_live(consumer)
+        try:
+            self.harness.heartbeat(
+                consumer.member_id, epoch, instance_id=f"{GROUP}-{slot}" if static else None
+            )
+        except (errors.UnknownMemberId, errors.FencedInstanceId):
+            assert not live
+
+    def crash(self, slot: int) -> None:
+        self.consumers.pop(slot, None)
+
+    def commit(self, slot: int) -> None:
+        consumer = self.consumers.get(slot)
+        if consumer is None:
+            return
+        offsets = {(TOPIC, p): 1 for p in consumer.owned}
+        if self.is_live(consumer):
+            result = self.harness.commit(consumer.member_id, consumer.epoch, offsets)
+            assert result.response.errors == {}
+            assert len(result.records) == len(offsets)
+        else:
+            try:
+                self.harness.commit(consumer.member_id, consumer.epoch, offsets)
+            except errors.UnknownMemberId:
+                return
+            raise AssertionError("a zombie's commit was accepted")
+
+    # --- operator and environment ---------------------------------------------------
+
+    def scale_down(self, slot: int) -> None:
+        request = messages.RemoveMembersRequest(GROUP, (f"{GROUP}-{slot}",))
+        with contextlib.suppress(errors.GroupIdNotFound):
+            self.harness.apply(self.harness.shard.remove_members(request, self.harness.now_ms))
+
+    def toggle_pause(self) -> None:
+        self.settings["assignment_paused"] = not self.settings["assignment_paused"]
+        self.harness.configure(**self.settings)
+
+    def resize(self, partitions: int) -> None:
+        self.partitions = max(self.partitions, partitions)  # Kafka only adds partitions
+        self.harness.topics({TOPIC: self.partitions})
+
+    def wait(self, millis: int) -> None:
+        self.harness.tick(millis)
+
+    # --- invariants -----------------------------------------------------------------
+
+    def check(self) -> None:
+        members = self.members()
+        held: dict[int, str] = {}
+        for member in members.values():
+            for partition in holding(member):
+                assert partition not in held, (
+                    f"{partition} owned by {held[partition]} and {member.member_id}"
+                )
+                held[partition] = member.member_id
+        in_hand: dict[int, str] = {}
+        for consumer in self.consumers.values():
+            described = members.get(consumer.member_id)
+            if described is None:
+                continue  # a zombie: its commits are refused, checked in commit()
+            assert consumer.owned <= holding(described)
+            for partition in consumer.owned:
+                assert partition not in in_hand, "two live consumers own the same partition"
+                in_hand[partition] = consumer.member_id
+
+    def converge(self) -> None:
+        """Everyone keeps heartbeating; absent static members expire; the group settles."""
+        for _ in range(2 + SESSION_MS // 10_000):
+            for slot in list(self.consumers):
+                self.heartbeat(slot)
+            self.wait(10_000)
+            self.check()
+        for _ in range(10):
+            for slot in list(self.consumers):
+                self.heartbeat(slot)
+            self.check()
+        members = self.members()
+        assert set(members) == {consumer.member_id for consumer in self.consumers.values()}
+        state = self.harness.shard.describe_group(GROUP).state if members else "Empty"
+        if not members:
+            return
+        if self.settings["assignment_paused"]:
+            assert state == "Paused"
+            assert all(not consumer.owned for consumer in self.consumers.values())
+        else:
+            assert state == "Stable"
+            owned = [p for consumer in self.consumers.values() for p in consumer.owned]
+            assert sorted(owned) == list(range(self.partitions))
+
+
+slots = st.integers(0, SLOTS - 1)
+steps = st.one_of(
+    st.tuples(st.just("start"), slots),
+    st.tuples(st.just("heartbeat"), slots),
+    st.tuples(st.just("heartbeat"), slots),
+    st.tuples(st.just("heartbeat"), slots),
+    st.tuples(st.just("leave"), slots),
+    st.tuples(st.just("leave-temporarily"), slots),
+    st.tuples(st.just("crash"), slots),
+    st.tuples(st.just("commit"), slots),
+    st.tuples(st.just("scale-down"), st.integers(0, STATIC_SLOTS - 1)),
+    st.tuples(st.just("pause"), st.just(0)),
+    st.tuples(st.just("resize"), st.integers(1, 12)),
+    st.tuples(st.just("wait"), st.integers(1, 25_000)),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    assignor=st.sampled_from(ASSIGNORS),
+    partitions=st.integers(1, 10),
+    script=st.lists(steps, min_size=1, max_size=60),
+)
+def test_random_lives_keep_every_invariant(
+    assignor: str, partitions: int, script: list[tuple[str, int]]
+) -> None:
+    world = World(assignor, partitions)
+    for action, argument in script:
+        if action == "start":
+            world.start(argument)
+        elif action == "heartbeat":
+            world.heartbeat(argument)
+        elif action == "leave":
+            world.leave(argument, temporarily=False)
+        elif action == "leave-temporarily":
+            world.leave(argument, temporarily=True)
+        elif action == "crash":
+            world.crash(argument)
+        elif action == "commit":
+            world.commit(argument)
+        elif action == "scale-down":
+            world.scale_down(argument)
+        elif action == "pause":
+            world.toggle_pause()
+        elif action == "resize":
+            world.resize(argument)
+        else:
+            world.wait(argument)
+        world.check()
+    world.converge()
+
+    # Replaying the log from scratch rebuilds exactly the live state.
+    assert world.harness.replayed().canonical_state() == world.harness.shard.canonical_state()
