@@ -10,7 +10,6 @@ from kafka_group_jobs import columns
 from kafka_group_records import codec, records
 
 
-
 def decode_row(
     partition: int, offset: int, timestamp: int, key: bytes, value: bytes | None
 ) -> columns.Row:

@@ -7,11 +7,12 @@ workers use this interpreter, so that they import ``kafka_group_jobs`` from the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
-
 
 
 def build_session(app_name: str, master: str | None = None) -> SparkSession:
@@ -26,6 +27,7 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
         builder = (
             builder.config("spark.sql.shuffle.partitions", "4")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
         )
     spark = builder.getOrCreate()
@@ -34,3 +36,19 @@ def build_session(app_name: str, master: str | None = None) -> SparkSession:
 
     spark.dataSource.register(source.StateTopicDataSource)
     return spark
+
+
+@contextlib.contextmanager
+def job_session(app_name: str, master: str | None = None) -> Iterator[SparkSession]:
+    """The session of one job's ``main``; stopped at the end unless it was already running.
+
+    A job called inside a running Spark program (a test, a notebook) must not stop the
+    session it shares.
+    """
+    already_running = SparkSession.getActiveSession() is not None
+    spark = build_session(app_name, master)
+    try:
+        yield spark
+    finally:
+        if not already_running:
+            spark.stop()

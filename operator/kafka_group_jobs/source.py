@@ -33,7 +33,7 @@ ARROW_BATCH_ROWS = 50_000
 
 
 @dataclass(frozen=True)
-class OffsetRange(InputPartition):  # type: ignore[misc]
+class OffsetRange(InputPartition):
     """One Spark task: offsets ``[start, end)`` of one state-topic partition."""
 
     partition: int
@@ -53,7 +53,7 @@ def split_ranges(
     return ranges
 
 
-class StateTopicDataSource(DataSource):  # type: ignore[misc]
+class StateTopicDataSource(DataSource):
     """Registered with ``spark.dataSource.register``; read with ``format("kgo-state")``."""
 
     @classmethod
@@ -67,7 +67,7 @@ class StateTopicDataSource(DataSource):  # type: ignore[misc]
         return StateTopicReader(dict(self.options))
 
 
-class StateTopicReader(DataSourceReader):  # type: ignore[misc]
+class StateTopicReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         if "bootstrap" not in options or "topic" not in options:
             raise ValueError("the kgo-state source needs the 'bootstrap' and 'topic' options")

@@ -69,7 +69,7 @@ def produce(
     messages: Iterable[tuple[int, bytes, bytes | None]],
     extra: Mapping[str, str] | None = None,
 ) -> dict[int, int]:
-    """Writes ``(partition, key, value)`` messages durably; returns the last offset per partition."""
+    """Writes ``(partition, key, value)`` durably; returns the last offset per partition."""
     config = client_config(bootstrap, extra)
     config.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5})
     producer = Producer(config)
@@ -97,13 +97,21 @@ def produce(
     return last
 
 
-def mark_ends(bootstrap: str, topic: str, extra: Mapping[str, str] | None = None) -> dict[int, int]:
-    """Appends a load marker to every partition; returns each marker's offset (= covered end)."""
+def mark_ends(
+    bootstrap: str,
+    topic: str,
+    extra: Mapping[str, str] | None = None,
+    partitions: Iterable[int] | None = None,
+) -> dict[int, int]:
+    """Appends a load marker to each partition (all by default); returns the markers' offsets.
+
+    A marker's offset is the exclusive end of what a reader must cover in its partition.
+    """
     nonce = uuid.uuid4().hex
     marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, now_ms()))
     key, value = codec.encode_record(marker)
-    count = partition_count(bootstrap, topic, extra)
-    return produce(bootstrap, topic, ((p, key, value) for p in range(count)), extra)
+    chosen = range(partition_count(bootstrap, topic, extra)) if partitions is None else partitions
+    return produce(bootstrap, topic, ((p, key, value) for p in chosen), extra)
 
 
 def earliest_offsets(
@@ -185,11 +193,14 @@ def read_range(
         batch = consumer.consume(num_messages=10_000, timeout=0.5)
         wanted = []
         for message in batch:
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     continue
-                raise TopicError(f"reading {topic}[{partition}]: {message.error()}")
+                raise TopicError(f"reading {topic}[{partition}]: {error}")
             offset = message.offset()
+            if offset is None:
+                continue
             if start <= offset < end:
                 wanted.append(message)
             position = max(position, offset + 1)

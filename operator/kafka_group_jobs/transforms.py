@@ -16,7 +16,7 @@ per-partition tables:
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F  # noqa: N812 - the conventional alias in PySpark code
+from pyspark.sql import functions as F
 
 from kafka_group_jobs import columns
 
@@ -52,7 +52,9 @@ def as_of(state_records: DataFrame, as_of_ms: int) -> DataFrame:
 # Snapshot
 
 
-def group_offsets(state_records: DataFrame, group_id: str, as_of_ms: int | None = None) -> DataFrame:
+def group_offsets(
+    state_records: DataFrame, group_id: str, as_of_ms: int | None = None
+) -> DataFrame:
     """The committed offsets of one group, now or as of a past time (from commit history).
 
     Columns: topic, partition, offset, leader_epoch, metadata, commit_timestamp.
@@ -74,7 +76,9 @@ def group_offsets(state_records: DataFrame, group_id: str, as_of_ms: int | None 
 
 def with_lag(offsets: DataFrame, log_ends: DataFrame) -> DataFrame:
     """Adds ``log_end_offset`` and ``lag`` (never negative; null where the end is unknown)."""
-    joined = offsets.join(log_ends.select(*TOPIC_PARTITION, "log_end_offset"), TOPIC_PARTITION, "left")
+    joined = offsets.join(
+        log_ends.select(*TOPIC_PARTITION, "log_end_offset"), TOPIC_PARTITION, "left"
+    )
     # greatest() skips nulls, so an unknown end must be kept null explicitly.
     lag = F.greatest(F.col("log_end_offset") - F.col("offset"), F.lit(0).cast("long"))
     return joined.withColumn("lag", F.when(F.col("log_end_offset").isNotNull(), lag))
@@ -225,9 +229,7 @@ def clamp(requested: DataFrame) -> DataFrame:
     Adds ``new_offset`` and ``clamp`` (null, ``earliest`` or ``latest``).
     """
     low, high, wanted = F.col("earliest_offset"), F.col("latest_offset"), F.col("requested_offset")
-    return requested.withColumn(
-        "new_offset", F.least(F.greatest(wanted, low), high)
-    ).withColumn(
+    return requested.withColumn("new_offset", F.least(F.greatest(wanted, low), high)).withColumn(
         "clamp", F.when(wanted < low, "earliest").when(wanted > high, "latest")
     )
 

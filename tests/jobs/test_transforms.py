@@ -134,8 +134,14 @@ def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSessi
             # "gone": settings tombstoned, one commit left behind -> deleted.
             group_record(columns.GROUP_CONFIG, "gone", 7, tombstone=True),
             commit("gone", "t", 0, 2, 0, 8),
-            {"partition": 0, "offset": 9, "timestamp": 0, "key": b"m", "value": b"m",
-             "record_type": columns.LOAD_MARKER},
+            {
+                "partition": 0,
+                "offset": 9,
+                "timestamp": 0,
+                "key": b"m",
+                "value": b"m",
+                "record_type": columns.LOAD_MARKER,
+            },
         ],
     )
     tombstones = transforms.compaction_tombstones(latest, now, 7 * DAY_MS)
@@ -157,8 +163,7 @@ def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSessi
 
 
 BOUNDS_DDL = (
-    "topic STRING, partition INT, earliest_offset BIGINT, latest_offset BIGINT,"
-    " time_offset BIGINT"
+    "topic STRING, partition INT, earliest_offset BIGINT, latest_offset BIGINT, time_offset BIGINT"
 )
 PLAN_COLUMNS = ["topic", "partition", "current_offset", "new_offset", "clamp"]
 PLAN_DDL = "topic STRING, partition INT, current_offset BIGINT, new_offset BIGINT, clamp STRING"
@@ -189,7 +194,11 @@ def committed(spark: SparkSession) -> DataFrame:
             [("t", 0, 20, 30, None), ("t", 1, None, 30, None), ("u", 0, 4, 5, "latest")],
         ),
         ("shift-by", -15, [("t", 0, 20, 10, "earliest"), ("u", 0, 4, 0, "earliest")]),
-        ("datetime", None, [("t", 0, 20, 40, None), ("t", 1, None, 50, None), ("u", 0, 4, 2, None)]),
+        (
+            "datetime",
+            None,
+            [("t", 0, 20, 40, None), ("t", 1, None, 50, None), ("u", 0, 4, 2, None)],
+        ),
     ],
 )
 def test_plan_reset_requests_and_clamps(

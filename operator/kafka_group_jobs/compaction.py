@@ -1,0 +1,101 @@
+"""Compaction job: the state topic reduced to its newest live record per key, as a checkpoint.
+
+``python -m kafka_group_jobs.compaction --bootstrap B --output URI [--now-ms N]``. Reads every
+state partition up to fresh load markers, keeps the newest record per key, tombstones every
+live record of groups that expired (empty longer than their offsets retention, KIP-211) or
+were deleted, appends those tombstones to the topic (so that Kafka's own compaction drops the
+keys), and writes the checkpoint described in ``kafka_group_records.checkpoint``:
+
+* ``URI/records.parquet``: partition, offset, key, value, sorted by partition then offset;
+* ``URI/checkpoint.json``: the state-topic offsets the checkpoint covers, per partition.
+
+A loader replays the checkpoint's records, then the log from the covered offsets on; it
+reaches the same state as replaying the whole log.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from kafka_group_jobs import arguments, session, storage, topics, transforms
+from kafka_group_records import checkpoint
+
+DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+def compact(
+    spark: SparkSession,
+    bootstrap: str,
+    state_topic: str,
+    output: str,
+    now_ms: int | None = None,
+    default_retention_ms: int = DEFAULT_RETENTION_MS,
+    write_tombstones: bool = True,
+    config: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Writes the checkpoint (and the tombstones); returns the checkpoint's manifest."""
+    config = config or {}
+    now = topics.now_ms() if now_ms is None else now_ms
+    state, ends = arguments.read_state(spark, bootstrap, state_topic, config)
+    latest = transforms.latest_per_key(state).cache()
+    tombstones = transforms.compaction_tombstones(latest, now, default_retention_ms).cache()
+    doomed = [(row.partition, bytes(row.key)) for row in tombstones.collect()]
+    kept = transforms.checkpoint_records(latest, tombstones if write_tombstones else _none(spark))
+    kept.orderBy("partition", "offset").write.mode("overwrite").parquet(
+        storage.spark_path(storage.join(output, checkpoint.RECORDS_FILE))
+    )
+    kept_count = spark.read.parquet(
+        storage.spark_path(storage.join(output, checkpoint.RECORDS_FILE))
+    ).count()
+    latest.unpersist()
+    tombstones.unpersist()
+    if write_tombstones and doomed:
+        topics.produce(bootstrap, state_topic, ((p, key, None) for p, key in doomed), config)
+    manifest = checkpoint.CheckpointManifest(
+        topic=state_topic,
+        end_offsets=dict(ends),
+        records=kept_count,
+        tombstones=len(doomed) if write_tombstones else 0,
+        created_at_ms=now,
+    )
+    storage.write_json(
+        spark,
+        storage.join(output, checkpoint.MANIFEST_FILE),
+        checkpoint.manifest_document(manifest),
+    )
+    return checkpoint.manifest_document(manifest)
+
+
+def _none(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], "partition INT, key BINARY")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments.parser("Compact the state topic into a loader checkpoint.")
+    parser.add_argument("--output", required=True, help="storage URI of the checkpoint")
+    parser.add_argument("--now-ms", type=int, help="the time retention is judged at")
+    parser.add_argument("--default-retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    parser.add_argument(
+        "--no-tombstones", action="store_true", help="do not append tombstones to the topic"
+    )
+    args = parser.parse_args(argv)
+    with session.job_session("kafka-group-compaction", args.master) as spark:
+        result = compact(
+            spark,
+            args.bootstrap,
+            args.topic,
+            args.output,
+            args.now_ms,
+            args.default_retention_ms,
+            not args.no_tombstones,
+            arguments.kafka_config(args),
+        )
+    arguments.emit_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The compaction checkpoint format, shared by the compaction job (writer) and loaders (readers).
+
+A checkpoint is a directory with two files:
+
+* ``records.parquet``: the state topic's newest live record per key, columns
+  ``partition int32, offset int64, key binary, value binary`` (value never null), sorted by
+  partition then offset. Load markers and the records of expired or deleted groups are left out.
+* ``checkpoint.json``: ``{"format": 1, "topic": ..., "endOffsets": {"<partition>": <offset>},
+  "records": n, "tombstones": n, "createdAtMs": ms}``. ``endOffsets[p]`` is exclusive: the
+  checkpoint covers offsets ``[0, endOffsets[p])`` of partition ``p``.
+
+How a loader uses it, per state partition ``p``: decode and replay the checkpoint's rows of
+``p`` in order (each is the newest live value of its key up to the covered end), then consume
+the log from ``endOffsets[p]`` to its end and replay that as usual. The result equals replaying
+the whole log, because every key's newest record before the end is in the checkpoint and
+everything after it is replayed. A partition missing from ``endOffsets`` is loaded from the
+start of the log. A checkpoint whose ``topic`` differs, or whose ``endOffsets[p]`` is beyond
+the log's end (the topic was recreated), must be ignored.
+
+Pure: JSON in and out; reading Parquet is the caller's business (pyarrow or Spark).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+RECORDS_FILE = "records.parquet"
+MANIFEST_FILE = "checkpoint.json"
+RECORD_COLUMNS = ("partition", "offset", "key", "value")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint manifest that this version cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointManifest:
+    topic: str
+    # partition -> first offset NOT covered by the checkpoint
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    records: int = 0
+    tombstones: int = 0
+    created_at_ms: int = 0
+
+    def tail_start(self, partition: int) -> int:
+        """Where a loader continues reading partition ``partition`` after the checkpoint."""
+        return self.end_offsets.get(partition, 0)
+
+
+def manifest_document(manifest: CheckpointManifest) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "topic": manifest.topic,
+        "endOffsets": {str(p): offset for p, offset in sorted(manifest.end_offsets.items())},
+        "records": manifest.records,
+        "tombstones": manifest.tombstones,
+        "createdAtMs": manifest.created_at_ms,
+    }
+
+
+def parse_manifest(text: str) -> CheckpointManifest:
+    """The manifest in ``checkpoint.json``; ``CheckpointError`` when it is not one we read."""
+    try:
+        document = json.loads(text)
+        if document.get("format") != FORMAT_VERSION:
+            raise CheckpointError(f"unsupported checkpoint format {document.get('format')!r}")
+        return CheckpointManifest(
+            topic=str(document["topic"]),
+            end_offsets={int(p): int(o) for p, o in document["endOffsets"].items()},
+            records=int(document["records"]),
+            tombstones=int(document.get("tombstones", 0)),
+            created_at_ms=int(document.get("createdAtMs", 0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"not a checkpoint manifest: {error}") from error

@@ -1,0 +1,306 @@
+"""The snapshot, compaction and restore jobs end to end: real broker, real local Spark.
+
+The state topic is filled with records in the coordinator's real encoding (written through
+the shared codec, with chosen append times so that ``asOf`` needs no sleeping), and the jobs
+run on the shared session exactly as their ``main`` runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from kafka_group_jobs import arguments, compaction, restore, snapshot, topics
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_records import checkpoint, codec, partitioning, records
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+STATE_PARTITIONS = 4
+DATA_PARTITIONS = 3
+MESSAGES_PER_PARTITION = 20
+T0 = 1_700_000_000_000
+
+
+def create_topics(bootstrap: str, *specs: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(name, partitions, 1, config={"cleanup.policy": "compact"})
+            for name, partitions in specs
+        ]
+    )
+    for future in futures.values():
+        future.result(15)
+
+
+def fill_data_topic(bootstrap: str, topic: str) -> None:
+    # Unbatched, so that the test broker's high watermark (the log end for lag) is exact.
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+    for partition in range(DATA_PARTITIONS):
+        for index in range(MESSAGES_PER_PARTITION):
+            producer.produce(topic, f"m{index}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+def append(bootstrap: str, state_topic: str, entries: list[tuple[records.Record, int]]) -> None:
+    """Appends records to their group's state partition with the given append times."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for record, at in entries:
+        group = records.group_of(record.key)
+        assert group is not None
+        key, value = codec.encode_record(record)
+        partition = partitioning.partition_for(group, STATE_PARTITIONS)
+        producer.produce(state_topic, value, key, partition=partition, timestamp=at)
+    assert producer.flush(30) == 0
+
+
+def commits(
+    group: str, topic: str, offsets: dict[int, int], at: int
+) -> list[tuple[records.Record, int]]:
+    return [
+        (
+            records.Record(
+                records.OffsetCommitKey(group, topic, partition),
+                records.OffsetCommitValue(offset=offset, commit_timestamp=at),
+            ),
+            at,
+        )
+        for partition, offset in offsets.items()
+    ]
+
+
+def read_log(
+    bootstrap: str, state_topic: str, starts: dict[int, int], ends: dict[int, int]
+) -> list[tuple[int, bytes, bytes | None]]:
+    consumer = Consumer(topics.reader_config(bootstrap))
+    try:
+        found = []
+        for partition, end in ends.items():
+            for batch in topics.read_range(
+                consumer, state_topic, partition, starts.get(partition, 0), end
+            ):
+                found.extend((partition, m.key(), m.value()) for m in batch)
+        return found
+    finally:
+        consumer.close()
+
+
+def replay(
+    state: dict[bytes, bytes], log: list[tuple[int, bytes, bytes | None]]
+) -> dict[bytes, bytes]:
+    """What a loader does with a log: newest value per key, tombstones delete; markers skipped."""
+    for _, key, value in log:
+        if isinstance(codec.decode_key(key), records.LoadMarkerKey):
+            continue
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    return state
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return {"state": f"state-{suffix}", "data": f"orders-{suffix}", "group": f"payments-{suffix}"}
+
+
+def offsets_of(spark: SparkSession, location: str) -> dict[tuple[str, int], int]:
+    _, data = snapshot.read(spark, location)
+    return {(row.topic, row.partition): row.offset for row in data.collect()}
+
+
+def test_snapshot_change_restore_gives_back_the_snapshot(
+    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+) -> None:
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
+    fill_data_topic(bootstrap, data)
+    append(bootstrap, state_topic, commits(group, data, {0: 3, 1: 4, 2: 5}, T0))
+    append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 7, 2: 9}, T0 + 60_000))
+    append(bootstrap, state_topic, commits("bystander", data, {0: 1}, T0 + 60_000))
+
+    location = f"file://{tmp_path}/snap-1"
+    manifest = snapshot.take(spark, bootstrap, state_topic, group, location)
+    assert offsets_of(spark, location) == {(data, 0): 5, (data, 1): 7, (data, 2): 9}
+    assert manifest["records"] == 3
+    assert manifest["partitions"] == {data: [0, 1, 2]}
+    assert (
+        manifest["checksum"]
+        == json.loads((tmp_path / "snap-1" / "manifest.json").read_text())["checksum"]
+    )
+    state_partition = str(partitioning.partition_for(group, STATE_PARTITIONS))
+    assert list(manifest["stateTopic"]["endOffsets"]) == [state_partition]
+    _, frame = snapshot.read(spark, location)
+    lags = {row.partition: (row.log_end_offset, row.lag) for row in frame.collect()}
+    assert lags == {0: (20, 15), 1: (20, 13), 2: (20, 11)}
+
+    as_of = f"file://{tmp_path}/snap-as-of"
+    earlier = snapshot.take(spark, bootstrap, state_topic, group, as_of, as_of_ms=T0 + 30_000)
+    assert offsets_of(spark, as_of) == {(data, 0): 3, (data, 1): 4, (data, 2): 5}
+    assert earlier["asOf"] == arguments.iso_time(T0 + 30_000)
+
+    # The group moves on, then is restored to the snapshot.
+    append(bootstrap, state_topic, commits(group, data, {0: 18, 1: 2, 2: 19}, T0 + 120_000))
+    rows, missing = restore.plan(
+        spark, bootstrap, state_topic, group, "snapshot", snapshot_location=location
+    )
+    assert missing == []
+    assert [(r["partition"], r["current_offset"], r["new_offset"], r["clamp"]) for r in rows] == [
+        (0, 18, 5, None),
+        (1, 2, 7, None),
+        (2, 19, 9, None),
+    ]
+    restore.write_to_state_topic(bootstrap, state_topic, group, rows, {})
+    after = f"file://{tmp_path}/snap-2"
+    restored = snapshot.take(spark, bootstrap, state_topic, group, after)
+    assert offsets_of(spark, after) == offsets_of(spark, location)
+    assert restored["checksum"] == manifest["checksum"]
+
+
+def test_reset_plan_clamps_and_dry_run_writes_nothing(
+    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+) -> None:
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
+    fill_data_topic(bootstrap, data)
+    append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 7}, T0))
+    before = f"file://{tmp_path}/before"
+    snapshot.take(spark, bootstrap, state_topic, group, before)
+
+    rows, _ = restore.plan(spark, bootstrap, state_topic, group, "shift-by", value=-6)
+    assert [(r["partition"], r["new_offset"], r["clamp"]) for r in rows] == [
+        (0, 0, "earliest"),
+        (1, 1, None),
+    ]
+    rows, _ = restore.plan(
+        spark, bootstrap, state_topic, group, "offset", value=500, scope_topics=(data,)
+    )
+    assert [(r["partition"], r["current_offset"], r["new_offset"], r["clamp"]) for r in rows] == [
+        (0, 5, 20, "latest"),
+        (1, 7, 20, "latest"),
+        (2, None, 20, "latest"),
+    ]
+    report = restore.audit(group, {"to": "offset", "value": 500}, rows, [], dry_run=True)
+    assert report["clamped"] == 3
+    assert report["partitions"][2] == {
+        "topic": data,
+        "partition": 2,
+        "oldOffset": None,
+        "newOffset": 20,
+        "requestedOffset": 500,
+        "clamp": "latest",
+    }
+
+    # The job's main with --dry-run prints the plan and leaves the offsets alone.
+    assert restore.main([
+        "--bootstrap", bootstrap, "--topic", state_topic, "--group", group,
+        "--to", "earliest", "--dry-run", "--audit", f"file://{tmp_path}/audit.json",
+    ]) == 0  # fmt: skip
+    audit_file = json.loads((tmp_path / "audit.json").read_text())
+    assert audit_file["dryRun"] is True
+    assert [p["newOffset"] for p in audit_file["partitions"]] == [0, 0, 0]
+    after = f"file://{tmp_path}/after"
+    snapshot.take(spark, bootstrap, state_topic, group, after)
+    assert offsets_of(spark, after) == {(data, 0): 5, (data, 1): 7}
+
+
+def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
+    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+) -> None:
+    bootstrap, state_topic, data = broker.bootstrap, names["state"], names["data"]
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
+    day = 24 * 3600 * 1000
+    now = T0 + 30 * day
+    live_group, old_group, gone_group = f"live-{data}", f"old-{data}", f"gone-{data}"
+    entries: list[tuple[records.Record, int]] = []
+    for round_ in range(5):  # superseded commits that compaction drops
+        entries += commits(live_group, data, {0: round_, 1: 10 + round_}, T0 + round_)
+    entries += commits(old_group, data, {0: 3}, T0)
+    entries.append(
+        (records.Record(records.GroupLifecycleKey(old_group), records.GroupLifecycleValue(T0)), T0)
+    )
+    entries.append(
+        (records.Record(records.GroupLifecycleKey(live_group), records.GroupLifecycleValue(-1)), T0)
+    )
+    entries.append(
+        (records.Record(records.GroupConfigKey(gone_group), records.GroupConfigValue()), T0)
+    )
+    entries += commits(gone_group, data, {0: 8}, T0)
+    entries.append((records.Record(records.GroupConfigKey(gone_group), None), T0 + 1))
+    append(bootstrap, state_topic, entries)
+
+    location = tmp_path / "checkpoint"
+    manifest = compaction.compact(spark, bootstrap, state_topic, f"file://{location}", now_ms=now)
+    assert manifest["tombstones"] == 3  # old: commit + lifecycle; gone: the commit left behind
+
+    parsed = checkpoint.parse_manifest((location / checkpoint.MANIFEST_FILE).read_text())
+    table = pq.read_table(location / checkpoint.RECORDS_FILE).to_pylist()
+    assert parsed.records == len(table) == 3  # live: two commits + its lifecycle record
+    assert [(r["partition"], r["offset"]) for r in table] == sorted(
+        (r["partition"], r["offset"]) for r in table
+    )
+    kept_groups = {records.group_of(codec.decode_key(r["key"])) for r in table}
+    assert kept_groups == {live_group}
+
+    # A loader on checkpoint + tail reaches the same state as one replaying the whole log.
+    ends = topics.mark_ends(bootstrap, state_topic)
+    whole = replay({}, read_log(bootstrap, state_topic, {}, ends))
+    from_checkpoint = replay(
+        {r["key"]: r["value"] for r in table},
+        read_log(bootstrap, state_topic, {p: parsed.tail_start(p) for p in ends}, ends),
+    )
+    assert from_checkpoint == whole
+    decoded = {
+        codec.decode_key(k): codec.decode_value(codec.decode_key(k), v) for k, v in whole.items()
+    }
+    assert decoded[records.OffsetCommitKey(live_group, data, 0)].offset == 4  # type: ignore[union-attr]
+    assert {records.group_of(key) for key in decoded} == {live_group}
+
+
+def test_snapshot_main_runs_under_python_m(
+    broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path, spark: SparkSession
+) -> None:
+    """``main`` as spark-submit or the operator's local mode calls it, result line included."""
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
+    append(bootstrap, state_topic, commits(group, data, {0: 2}, T0))
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert snapshot.main([
+            "--bootstrap", bootstrap, "--topic", state_topic, "--group", group,
+            "--output", f"file://{tmp_path}/s",
+        ]) == 0  # fmt: skip
+    out: dict[str, Any] = arguments.parse_result(buffer.getvalue()) or {}
+    assert out["records"] == 1
+    assert out["partitions"] == {data: [0]}
+    assert out["location"] == f"file://{tmp_path}/s"
+    # The data topic does not exist (any more): the offset is kept, its lag is unknown.
+    _, frame = snapshot.read(spark, out["location"])
+    assert [(row.offset, row.lag) for row in frame.collect()] == [(2, None)]
