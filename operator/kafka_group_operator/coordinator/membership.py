@@ -97,7 +97,8 @@ class Membership:
         group_epoch = existing.group_epoch if existing is not None else 0
         assignment_epoch = existing.assignment_epoch if existing is not None else 0
         bump = base is None or _affects_assignment(old_subscription, subscription)
-        topics = self._group_topics(existing)
+        # Only a rebalance looks at the group's topics: a steady heartbeat stays O(1).
+        topics: dict[str, schema.TopicMetadata] | None = None
         if bump:
             group_epoch += 1
             records.append(coordinator_records.new_group_epoch_record(group_id, group_epoch))
@@ -123,6 +124,8 @@ class Membership:
             inherited = targets.get(replaced.member_id, {}) if replaced is not None else None
             own_target = targets.get(member_id, {}) if inherited is None else inherited
             candidates[member_id] = _Candidate(subscription, own_target)
+            if topics is None:
+                topics = self._group_topics(existing)
             target_records, targets = self._assign(
                 group_id, settings, candidates, topics, assignment_epoch, group_epoch
             )
@@ -177,12 +180,15 @@ class Membership:
                 and owned != next_current.assigned
             )
         )
-        names = self._names(existing, topics)
         response = messages.HeartbeatResponse(
             member_id=member_id,
             member_epoch=next_current.member_epoch,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
-            assignment=_by_name(next_current.assigned, names) if send_assignment else None,
+            assignment=(
+                _by_name(next_current.assigned, self._names(existing, topics or {}))
+                if send_assignment
+                else None
+            ),
         )
         return Result(response, records)
 

@@ -6,8 +6,9 @@ Kafka keeps heartbeat deadlines as timer state, not as records, and so do we: af
 
 A heartbeat re-arms its member's session deadline, so ``Deadlines`` must be cheap to re-arm:
 it keeps the current deadline per key in a dict and pushes every arming onto a heap, and
-skips heap entries that no longer match the dict when they surface (lazy deletion). Arming
-and cancelling are O(log n) and O(1); nothing scans all members.
+skips heap entries that no longer match the dict when they surface (lazy deletion), and
+rebuilds the heap when stale entries outnumber live ones 4 to 1. Arming and cancelling are
+amortised O(log n) and O(1); nothing scans all members on a heartbeat.
 
 Expiring a deadline does not disarm it: the records the timer handler returns only take
 effect once replayed, and replay is what cancels the timers of a removed member. If the
@@ -69,6 +70,13 @@ class Deadlines:
             return
         self._armed[key] = armed
         heapq.heappush(self._heap, (deadline_ms, next(self._sequence), key))
+        if len(self._heap) > 4 * len(self._armed) + 64:
+            # Many re-armings (heartbeats) left stale entries behind: rebuild, amortised O(1).
+            self._heap = [
+                (entry.deadline_ms, next(self._sequence), entry_key)
+                for entry_key, entry in self._armed.items()
+            ]
+            heapq.heapify(self._heap)
 
     def cancel(self, key: TimerKey) -> None:
         self._armed.pop(key, None)
