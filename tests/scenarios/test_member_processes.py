@@ -76,20 +76,39 @@ def changes_after(group: demo.LocalGroup, instance: str, since: float) -> list[s
     return [e["e"] for e in events if e["t"] >= since and e["e"] in ("assigned", "revoked", "lost")]
 
 
+def wait_for_restart(group: demo.LocalGroup, instance: str, timeout: float = 20) -> float:
+    """Until the restarted process of ``instance`` got its partitions; returns that time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = journal(group, instance).events
+        starts = [i for i, event in enumerate(events) if event["e"] == "start"]
+        assigned = [e for e in events[starts[-1] :] if e["e"] == "assigned"] if starts else []
+        if len(starts) >= 2 and assigned:
+            return float(assigned[0]["t"])
+        time.sleep(0.05)
+    raise TimeoutError(f"{instance} did not get partitions back after its restart")
+
+
 def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.LocalGroup) -> None:
     before = group.ownership()
+    epoch_before = group.describe()["groupEpoch"]
     assert set(before) == BASE
     killed_at = time.time()
     group.kill_member("member-1")
     # The container restarts inside its pod: same pod UID, hence the same member id.
     group.start_member("member-1", same_pod=True)
+    back_at = wait_for_restart(group, "member-1")
     group.wait_settled(BASE, timeout=20)
     time.sleep(1.0)
     settled_at = time.time()
 
     assert group.ownership() == before, "a restart within the session timeout moved partitions"
-    restarted = journal(group, "member-1").changes("assigned")
-    assert restarted[-1][1] == sorted(before["member-1"])
+    # Not even a new group epoch: the coordinator saw the same member come back.
+    assert group.describe()["groupEpoch"] == epoch_before
+    restarted = journal(group, "member-1")
+    assert restarted.changes("assigned")[-1][1] == sorted(before["member-1"])
+    resumed = {tp for tp, _, at in restarted.processed() if at >= back_at}
+    assert resumed == set(before["member-1"]), "the restarted member did not resume"
     for other in BASE - {"member-1"}:
         assert changes_after(group, other, killed_at) == [], f"{other} was rebalanced"
         # ... and it kept consuming every partition it owns while member-1 was away.
@@ -97,6 +116,32 @@ def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.Loc
             tp for tp, _, at in journal(group, other).processed() if killed_at <= at <= settled_at
         }
         assert consumed == set(before[other]), f"{other} paused during the restart"
+
+
+def test_a_rolling_restart_in_a_new_pod_moves_nothing(group: demo.LocalGroup) -> None:
+    """SIGTERM: the member commits and leaves temporarily (epoch -2); its successor pod, a
+    new member with the same instance id, inherits the partitions."""
+    before = group.ownership()
+    stopped_at = time.time()
+    assert group.stop_member("member-2") == 0
+    group.start_member("member-2", same_pod=False)
+    back_at = wait_for_restart(group, "member-2")
+    group.wait_settled(BASE, timeout=20)
+
+    assert group.ownership() == before
+    for other in BASE - {"member-2"}:
+        assert changes_after(group, other, stopped_at) == [], f"{other} was rebalanced"
+    # The successor resumes from what its predecessor committed on the way out: the first
+    # offset it processes on each partition directly follows the predecessor's last one.
+    events = journal(group, "member-2")
+    last_before = {tp: o for tp, o, at in events.processed() if at < back_at}
+    first_after: dict[Partition, int] = {}
+    for tp, offset, at in events.processed():
+        if at >= back_at and tp not in first_after:
+            first_after[tp] = offset
+    assert first_after.keys() == before["member-2"]
+    for tp, offset in first_after.items():
+        assert offset == last_before[tp] + 1, f"{tp}: resumed at {offset}"
 
 
 def test_a_joining_member_takes_only_its_share(group: demo.LocalGroup) -> None:
@@ -136,13 +181,17 @@ def test_a_permanent_leave_moves_its_partitions_at_once(group: demo.LocalGroup) 
 
 
 def state_records(group: demo.LocalGroup) -> list[records.Record]:
-    """Every record of the coordinator's state topic, in log order per partition."""
+    """The coordinator's state-topic records up to now, in log order per partition.
+
+    Members keep committing, so the log never goes quiet; a partition is read up to the
+    first record written after the reading began (the broker's high watermark is not
+    trusted, see ``embedded.broker``).
+    """
     assert group.broker is not None
-    consumer = Consumer(
-        {"bootstrap.servers": group.broker.bootstrap, "group.id": "scenario-reader"}
-    )
+    consumer = Consumer({"bootstrap.servers": group.broker.bootstrap, "group.id": "reader"})
     topic = f"{group.group}.group-state"
     decoded: list[records.Record] = []
+    started_ms = time.time() * 1000
     try:
         for partition in range(group.state_partitions):
             consumer.assign([TopicPartition(topic, partition, 0)])
@@ -151,6 +200,8 @@ def state_records(group: demo.LocalGroup) -> list[records.Record]:
                 message = consumer.poll(0.2)
                 if message is None or message.error() is not None:
                     continue
+                if message.timestamp()[1] > started_ms:
+                    break
                 idle_since = time.monotonic()
                 decoded.append(codec.decode_record(message.key() or b"", message.value()))
     finally:
