@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("assignors", "state_topic", "rebalance", "jobs")
+BENCHMARKS = ("assignors", "coordinator", "state_topic", "rebalance", "jobs")
 
 
 def main(argv: list[str]) -> int:

@@ -52,8 +52,12 @@ class Member:
     # Which of the member's records exist, so removal writes exactly the needed tombstones.
     has_subscription: bool = False
     has_current_assignment: bool = False
+    # The replayed record itself, so that rebalances do not rebuild it for every member.
+    subscription_record: schema.ConsumerGroupMemberMetadataValue | None = None
 
     def subscription(self) -> schema.ConsumerGroupMemberMetadataValue:
+        if self.subscription_record is not None:
+            return self.subscription_record
         return schema.ConsumerGroupMemberMetadataValue(
             instance_id=self.instance_id,
             rack_id=self.rack_id,
@@ -201,6 +205,7 @@ class ConsumerGroup:
         member.rebalance_timeout_ms = value.rebalance_timeout_ms
         member.server_assignor = value.server_assignor
         member.has_subscription = True
+        member.subscription_record = value
         self.subscribed_topics.update(member.subscribed_topic_names)
         self.subscribed_topics += Counter()  # drops zero counts
         if member.instance_id is not None:

@@ -617,10 +617,11 @@ class Membership:
         ids = {name: metadata.topic_id for name, metadata in topics.items()}
         targets: dict[str, TopicIdAssignment] = {}
         for member_id in candidates:
-            collected: dict[uuid.UUID, set[int]] = {}
+            # Group by name first: str hashes are cached, UUID hashes are computed each time.
+            collected: dict[str, list[int]] = {}
             for name, partition in result.get(member_id, ()):
-                collected.setdefault(ids[name], set()).add(partition)
-            targets[member_id] = {topic: frozenset(parts) for topic, parts in collected.items()}
+                collected.setdefault(name, []).append(partition)
+            targets[member_id] = {ids[name]: frozenset(parts) for name, parts in collected.items()}
         return targets
 
     def _candidates(
