@@ -121,7 +121,8 @@ def steady_heartbeat_us(members: int) -> float:
     def beat() -> None:
         for request in requests:
             result = coordinator.heartbeat(request, next(clock))
-            assert not result.records and result.response.assignment is None
+            assert not result.records
+            assert result.response.assignment is None
 
     return median_seconds(beat, repeat=7, number=200) / len(requests) * 1e6
 
@@ -198,8 +199,7 @@ def main(argv: list[str]) -> int:
         print(f"load {figures['members']} members: {figures['records_per_s']} records/s")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
-        json.dumps({"steady_heartbeat": heartbeats, "join": joins, "load": loads}, indent=2)
-        + "\n"
+        json.dumps({"steady_heartbeat": heartbeats, "join": joins, "load": loads}, indent=2) + "\n"
     )
     return 0
 
