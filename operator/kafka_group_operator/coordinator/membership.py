@@ -793,7 +793,10 @@ def _by_name(
 
 
 def _topic_metadata(info: messages.TopicInfo) -> schema.TopicMetadata:
-    topic_id = uuid.UUID(info.topic_id) if info.topic_id else schema.topic_id_for_name(info.name)
+    topic_id = uuid.UUID(info.topic_id) if info.topic_id else uuid.UUID(int=0)
+    if topic_id.int == 0:
+        # No id from the broker (or Kafka's zero UUID): one every process derives alike.
+        topic_id = schema.topic_id_for_name(info.name)
     racks = tuple(
         schema.PartitionMetadata(partition, tuple(sorted(replica_racks)))
         for partition, replica_racks in enumerate(info.partition_racks)
