@@ -1,0 +1,278 @@
+"""The member API over HTTP, served from the real runtime on the embedded broker.
+
+Every reply, success or error, is checked against the schema the OpenAPI document declares
+for it, so the document and the server cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jsonschema
+import pytest
+import pytest_asyncio
+from aiohttp import test_utils
+from confluent_kafka import admin as kafka_admin
+from confluent_kafka import cimpl
+
+from kafka_group_operator.api import app, openapi, tokens
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+
+pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="module")]
+
+DOCUMENT = openapi.document()
+TOKENS = {"group-a": "token-a", "group-b": "token-b"}
+
+
+def conforms(body: Any, schema: str) -> None:
+    """Validate ``body`` against ``#/components/schemas/<schema>`` of the served document."""
+    jsonschema.Draft202012Validator(
+        {**DOCUMENT, "$ref": f"#/components/schemas/{schema}"}
+    ).validate(body)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    client = kafka_admin.AdminClient({"bootstrap.servers": bootstrap})
+    for future in client.create_topics([cimpl.NewTopic(name, partitions, 1)]).values():
+        future.result(15)
+
+
+@pytest.fixture(scope="module")
+def topic(broker: embedded.EmbeddedBroker) -> str:
+    name = f"api-orders-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, name, 3)
+    return name
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def http(
+    broker: embedded.EmbeddedBroker, topic: str
+) -> AsyncIterator[test_utils.TestClient[Any, Any]]:
+    runtime = coordinator_runtime.CoordinatorRuntime(
+        coordinator_runtime.RuntimeConfig(
+            bootstrap_servers=broker.bootstrap,
+            topic=f"api-state-{uuid.uuid4().hex[:8]}",
+            partitions=2,
+            metadata_interval_ms=500,
+        )
+    )
+    await runtime.start()
+    client = test_utils.TestClient(
+        test_utils.TestServer(app.build_app(runtime, tokens.GroupTokens(TOKENS)))
+    )
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runtime.stop()
+
+
+def auth(group: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[group]}"}
+
+
+async def join(
+    http: test_utils.TestClient[Any, Any], group: str, topic: str, instance: str | None = None
+) -> dict[str, Any]:
+    body = {
+        "memberId": uuid.uuid4().hex,
+        "memberEpoch": 0,
+        "instanceId": instance,
+        "subscribedTopicNames": [topic],
+        "rebalanceTimeoutMs": 30000,
+    }
+    reply = await http.post(f"/v1/groups/{group}/heartbeat", json=body, headers=auth(group))
+    answer: dict[str, Any] = await reply.json()
+    assert reply.status == 200, answer
+    conforms(answer, "HeartbeatResponse")
+    return answer
+
+
+async def test_the_document_is_served(http: test_utils.TestClient[Any, Any]) -> None:
+    reply = await http.get("/openapi.json")
+    assert reply.status == 200
+    assert await reply.json() == DOCUMENT
+    health = await http.get("/healthz")
+    conforms(await health.json(), "Health")
+
+
+async def test_join_commit_fetch_describe(
+    http: test_utils.TestClient[Any, Any], topic: str
+) -> None:
+    joined = await join(http, "group-a", topic, instance="group-a-0")
+    assert joined["memberEpoch"] > 0
+    assert joined["assignment"] == {topic: [0, 1, 2]}
+
+    commit = {
+        "memberId": joined["memberId"],
+        "memberEpoch": joined["memberEpoch"],
+        "offsets": [{"topic": topic, "partition": 1, "offset": 42, "metadata": "m"}],
+    }
+    reply = await http.post("/v1/groups/group-a/offsets", json=commit, headers=auth("group-a"))
+    committed = await reply.json()
+    assert reply.status == 200, committed
+    conforms(committed, "OffsetCommitResponse")
+    assert committed == {"errors": []}
+
+    reply = await http.get(
+        f"/v1/groups/group-a/offsets?partition={topic}:1", headers=auth("group-a")
+    )
+    fetched = await reply.json()
+    conforms(fetched, "OffsetFetchResponse")
+    assert [(o["topic"], o["partition"], o["offset"]) for o in fetched["offsets"]] == [
+        (topic, 1, 42)
+    ]
+
+    reply = await http.get("/v1/groups/group-a", headers=auth("group-a"))
+    described = await reply.json()
+    assert reply.status == 200, described
+    conforms(described, "GroupDescription")
+    assert [m["instanceId"] for m in described["members"]] == ["group-a-0"]
+    assert described["members"][0]["memberEpoch"] == joined["memberEpoch"]
+
+
+async def test_a_token_of_another_group_is_refused(
+    http: test_utils.TestClient[Any, Any], topic: str
+) -> None:
+    body = {"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": [topic]}
+    reply = await http.post("/v1/groups/group-b/heartbeat", json=body, headers=auth("group-a"))
+    error = await reply.json()
+    assert reply.status == 403
+    conforms(error, "Error")
+    assert (error["error"], error["code"]) == ("GROUP_AUTHORIZATION_FAILED", 30)
+    reply = await http.get("/v1/groups/group-b", headers=auth("group-a"))
+    assert reply.status == 403
+    reply = await http.get("/v1/groups/group-without-token", headers=auth("group-a"))
+    assert reply.status == 403
+
+
+async def test_a_missing_token_is_challenged(http: test_utils.TestClient[Any, Any]) -> None:
+    reply = await http.post("/v1/groups/group-a/heartbeat", json={})
+    assert reply.status == 401
+    assert reply.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (await reply.json())["error"] == "GROUP_AUTHORIZATION_FAILED"
+    reply = await http.get("/v1/groups/group-a", headers={"Authorization": "Basic eDp5"})
+    assert reply.status == 401
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be an object"),
+        (b'{"memberId": "m"}', "missing field(s): memberEpoch"),
+        (b'{"memberId": "m", "memberEpoch": "1"}', "must be an integer"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"", "not valid JSON"),
+    ],
+)
+async def test_malformed_bodies_get_a_clear_400(
+    http: test_utils.TestClient[Any, Any], data: bytes, complaint: str
+) -> None:
+    for path in ("/v1/groups/group-a/offsets", "/v1/groups/group-a/heartbeat"):
+        reply = await http.post(path, data=data, headers=auth("group-a"))
+        error = await reply.json()
+        assert reply.status == 400, error
+        conforms(error, "Error")
+        assert (error["error"], error["code"]) == ("INVALID_REQUEST", 42)
+    assert complaint in error["message"]  # the heartbeat's complaint
+
+
+async def test_an_oversized_body_is_refused(http: test_utils.TestClient[Any, Any]) -> None:
+    data = b'{"memberId": "' + b"m" * (app.MAX_BODY_BYTES + 10) + b'"}'
+    reply = await http.post("/v1/groups/group-a/heartbeat", data=data, headers=auth("group-a"))
+    assert 400 <= reply.status < 500
+    assert (await reply.json())["code"] in (42, -1) or reply.status == 413
+
+
+async def test_unknown_paths_and_methods_answer_in_the_error_shape(
+    http: test_utils.TestClient[Any, Any],
+) -> None:
+    reply = await http.get("/v1/nothing-here")
+    assert reply.status == 404
+    conforms(await reply.json(), "Error")
+    reply = await http.delete("/v1/groups/group-a/heartbeat", headers=auth("group-a"))
+    assert reply.status == 405
+    conforms(await reply.json(), "Error")
+
+
+async def test_coordinator_errors_map_to_kafka_names_and_statuses(
+    http: test_utils.TestClient[Any, Any], topic: str
+) -> None:
+    joined = await join(http, "group-b", topic)
+    stale = {"memberId": joined["memberId"], "memberEpoch": joined["memberEpoch"] + 5}
+    reply = await http.post("/v1/groups/group-b/heartbeat", json=stale, headers=auth("group-b"))
+    error = await reply.json()
+    assert (reply.status, error["error"], error["code"]) == (409, "FENCED_MEMBER_EPOCH", 110)
+    conforms(error, "Error")
+
+    unknown = {"memberId": "nobody", "memberEpoch": 3}
+    reply = await http.post("/v1/groups/group-b/heartbeat", json=unknown, headers=auth("group-b"))
+    error = await reply.json()
+    assert (reply.status, error["error"], error["code"]) == (409, "UNKNOWN_MEMBER_ID", 25)
+
+    commit = {
+        "memberId": "nobody",
+        "memberEpoch": 3,
+        "offsets": [{"topic": topic, "partition": 0, "offset": 1}],
+    }
+    reply = await http.post("/v1/groups/group-b/offsets", json=commit, headers=auth("group-b"))
+    error = await reply.json()
+    assert (reply.status, error["error"]) == (409, "UNKNOWN_MEMBER_ID"), error
+
+
+async def test_an_unknown_group_is_404(http: test_utils.TestClient[Any, Any]) -> None:
+    unauthenticated = test_utils.TestClient(
+        test_utils.TestServer(app.build_app(http.app[app.COORDINATOR_KEY], None))
+    )
+    await unauthenticated.start_server()
+    try:
+        reply = await unauthenticated.get("/v1/groups/never-seen")
+        error = await reply.json()
+        assert (reply.status, error["error"], error["code"]) == (404, "GROUP_ID_NOT_FOUND", 69)
+        conforms(error, "Error")
+    finally:
+        await unauthenticated.close()
+
+
+async def test_503_while_the_state_loads() -> None:
+    """A frozen broker holds the load back; the API answers 503 until it completes."""
+    with embedded.running_broker() as own:
+        runtime = coordinator_runtime.CoordinatorRuntime(
+            coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=own.bootstrap, partitions=1, wait_until_loaded=False
+            )
+        )
+        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
+        await client.start_server()
+        assert own.process is not None
+        try:
+            await runtime.start()
+            os.kill(own.process.pid, signal.SIGSTOP)
+            try:
+                reply = await client.post(
+                    "/v1/groups/g/heartbeat",
+                    json={"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t"]},
+                )
+                error = await reply.json()
+                assert (reply.status, error["error"], error["code"]) == (
+                    503,
+                    "COORDINATOR_LOAD_IN_PROGRESS",
+                    14,
+                )
+                assert reply.headers["Retry-After"] == "1"
+                conforms(error, "Error")
+            finally:
+                os.kill(own.process.pid, signal.SIGCONT)
+            await runtime.wait_until_loaded()
+            reply = await client.get("/v1/groups/g")
+            assert reply.status == 404
+        finally:
+            await client.close()
+            await runtime.stop()
