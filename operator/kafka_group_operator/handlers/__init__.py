@@ -11,6 +11,7 @@ import importlib
 MODULES = (
     "kafka_group_operator.handlers.lifecycle",
     "kafka_group_operator.handlers.consumer_groups",
+    "kafka_group_operator.handlers.snapshots",
 )
 
 

@@ -1,0 +1,494 @@
+"""kopf handlers for the Spark jobs: OffsetSnapshots, scheduled snapshots, online resets.
+
+* **OffsetSnapshot**: on create, run the snapshot job, as a SparkApplication when the
+  spark-operator is installed (``spec.spark.mode`` auto or operator) or as local Spark in a
+  subprocess of the operator (mode local, or auto without the CRD); a timer mirrors the run's
+  state into ``status`` (phase, conditions, location, records, takenAt, checksum). A failed run
+  is retried as a new run, at most ``offset_jobs.MAX_ATTEMPTS`` times, with its reason shown.
+* **ConsumerGroup.spec.snapshots**: a timer creates OffsetSnapshots on the cron schedule and
+  prunes the oldest beyond ``historyLimit``.
+* **ConsumerGroup.spec.offsetReset**: a timer drives the reset once per value of the field:
+  pause assignment (every member commits and releases cooperatively), wait until no partition
+  is owned, plan with the restore job (which clamps and audits), write the plan through the
+  embedded coordinator as an administrative commit, resume. The audit lands in
+  ``status.lastReset``; ``dryRun`` only plans. Assignment stays paused while the
+  ResetInProgress condition is True (``consumer_groups.reconcile`` honours it too).
+
+Decisions live in ``manifests.offset_jobs`` and ``manifests.spark_application``; this module
+only calls the API, the coordinator and subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from kafka_group_operator.coordinator import errors as coordinator_errors
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.handlers import consumer_groups, lifecycle
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.kube import errors as kube_errors
+from kafka_group_operator.kube import spark as kube_spark
+from kafka_group_operator.manifests import conditions, group_settings, offset_jobs
+from kafka_group_operator.manifests import spark_application as spark_manifests
+
+SNAPSHOTS = ("kafkagroups.io", "v1alpha1", "offsetsnapshots")
+CONSUMER_GROUPS = ("kafkagroups.io", "v1alpha1", "consumergroups")
+LOCAL_JOBS_KEY = "kafka_group_operator_local_jobs"
+RESULT_PREFIX = "KGO-RESULT "  # what kafka_group_jobs.arguments.emit_result prints
+LOCAL_MASTER = "local[2]"
+
+
+# ---------------------------------------------------------------------------------------
+# Settings and local runs
+
+
+def spark_defaults(
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, spark_manifests.SparkSettings]:
+    """The chart's Spark settings (``KGO_SPARK_*``): the default mode and the run settings."""
+    environ = os.environ if env is None else env
+    settings = spark_manifests.SparkSettings(
+        image=environ.get("KGO_SPARK_IMAGE", "ghcr.io/kafka-group-operator/kafka-group-jobs:0.1.0"),
+        service_account=environ.get("KGO_SPARK_SERVICE_ACCOUNT", "spark"),
+        spark_conf=json.loads(environ.get("KGO_SPARK_CONF") or "{}"),
+    )
+    return environ.get("KGO_SPARK_MODE", "auto"), settings
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    succeeded: bool
+    result: dict[str, Any] | None = None
+    reason: str = ""
+
+
+def outcome_of(returncode: int, stdout: str, stderr: str) -> JobOutcome:
+    """A job's result line, or the clearest reason it failed (its last error line)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX) and returncode == 0:
+            return JobOutcome(True, json.loads(line.removeprefix(RESULT_PREFIX)))
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "Exception" in line]
+    reason = (errors or lines or [f"exit status {returncode}"])[-1]
+    return JobOutcome(False, reason=reason[:500])
+
+
+async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
+    """Runs ``python -m kafka_group_jobs.<job>`` on local Spark and waits for it."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        f"kafka_group_jobs.{job}",
+        *arguments,
+        "--master",
+        LOCAL_MASTER,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await process.communicate()
+    return outcome_of(
+        process.returncode or 0, stdout.decode(errors="replace"), stderr.decode(errors="replace")
+    )
+
+
+@dataclass
+class LocalJobs:
+    """Local runs of this operator process, by run name (lost, and so retried, on restart)."""
+
+    tasks: dict[str, asyncio.Task[JobOutcome]] = field(default_factory=dict)
+
+    def start(self, name: str, job: str, arguments: Sequence[str]) -> None:
+        if name not in self.tasks:
+            self.tasks[name] = asyncio.create_task(run_local_job(job, arguments), name=name)
+
+    def known(self, name: str) -> bool:
+        return name in self.tasks
+
+    def outcome(self, name: str) -> JobOutcome | None:
+        """The finished run's outcome (forgotten once read), or None while it runs."""
+        task = self.tasks[name]
+        if not task.done():
+            return None
+        del self.tasks[name]
+        if task.cancelled():
+            return JobOutcome(False, reason="the run was cancelled")
+        error = task.exception()
+        if error is not None:
+            return JobOutcome(False, reason=f"could not run the job: {error}")
+        return task.result()
+
+
+def local_jobs_of(memo: Any) -> LocalJobs:
+    jobs = memo.get(LOCAL_JOBS_KEY)
+    if not isinstance(jobs, LocalJobs):
+        jobs = LocalJobs()
+        memo[LOCAL_JOBS_KEY] = jobs
+    return jobs
+
+
+def kafka_arguments() -> list[str]:
+    # The operator's own Kafka settings dir (a mounted Secret): passed by path, never by value.
+    config_dir = os.environ.get("KGO_KAFKA_CONFIG_DIR")
+    return ["--kafka-config-dir", config_dir] if config_dir else []
+
+
+def ready(
+    status: bool | None, reason: str, message: str, previous: Any, generation: Any
+) -> list[dict[str, Any]]:
+    return conditions.merge_conditions(
+        previous,
+        [conditions.Condition(conditions.READY, status, reason, message)],
+        generation,
+        conditions.now_rfc3339(),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# OffsetSnapshot
+
+
+async def _group_of(kube: kube_client.KubeClient, namespace: str, name: str) -> Any:
+    body = await kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, name)
+    if body is None:
+        raise kopf.TemporaryError(f"ConsumerGroup {name!r} not found", delay=30)
+    return consumer_groups.parse(body)
+
+
+async def launch_snapshot(body: Mapping[str, Any], attempt: int, memo: Any) -> dict[str, Any]:
+    """Starts attempt ``attempt`` of a snapshot run; returns the status to patch."""
+    state = lifecycle.state_of(memo)
+    meta, spec = body["metadata"], body.get("spec") or {}
+    group = await _group_of(state.kube, meta["namespace"], spec["consumerGroupRef"]["name"])
+    location = offset_jobs.snapshot_location(
+        spec["storage"]["uri"], meta["namespace"], meta["name"]
+    )
+    arguments = offset_jobs.snapshot_arguments(
+        state.config.bootstrap_servers,
+        state.config.state_topic,
+        group.group_id,
+        location,
+        spec.get("asOf"),
+    )
+    default_mode, defaults = spark_defaults()
+    mode = (spec.get("spark") or {}).get("mode") or default_mode
+    if mode == "auto":
+        mode = "operator" if await kube_spark.spark_operator_installed(state.kube) else "local"
+    name = spark_manifests.application_name(meta["name"], "snapshot", meta["uid"], attempt)
+    if mode == "operator":
+        uri = spec["storage"]["uri"]
+        claim = uri.removeprefix("pvc://").split("/")[0] if uri.startswith("pvc://") else None
+        application = spark_manifests.build_spark_application(
+            owner=body,
+            job="snapshot",
+            arguments=arguments,
+            settings=spark_manifests.overlay(defaults, spec.get("spark")),
+            attempt=attempt,
+            storage_claim=claim,
+        )
+        await kube_spark.create_application(state.kube, application)
+    else:
+        local_jobs_of(memo).start(name, "snapshot", [*arguments, *kafka_arguments()])
+    kind = "SparkApplication" if mode == "operator" else "local Spark run"
+    return {
+        "phase": "Pending" if mode == "operator" else "Running",
+        "sparkApplication": name if mode == "operator" else None,
+        "run": {"mode": mode, "name": name},
+        "attempts": attempt,
+        "location": location,
+        "message": f"attempt {attempt}: {kind} {name}",
+    }
+
+
+@kopf.on.resume(*SNAPSHOTS)
+@kopf.on.create(*SNAPSHOTS)
+async def start_snapshot(
+    body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any, **_: Any
+) -> None:
+    if status.get("phase") in ("Succeeded", "Failed") or status.get("run"):
+        return  # finished, or a run is already followed by the timer
+    update = await launch_snapshot(body, int(status.get("attempts") or 0) + 1, memo)
+    update["conditions"] = ready(
+        False, "Running", update["message"], status.get("conditions"), meta.get("generation")
+    )
+    patch.status.update(update)
+
+
+@kopf.timer(*SNAPSHOTS, interval=5.0, initial_delay=2.0)
+async def follow_snapshot(
+    body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any, **_: Any
+) -> None:
+    run = status.get("run") or {}
+    if status.get("phase") not in ("Pending", "Running") or not run:
+        return
+    state = lifecycle.state_of(memo)
+    outcome: JobOutcome | None
+    if run.get("mode") == "operator":
+        application = await kube_spark.get_application(state.kube, meta["namespace"], run["name"])
+        if application is None:
+            outcome = JobOutcome(False, reason=f"SparkApplication {run['name']} disappeared")
+        else:
+            phase, error = spark_manifests.phase_of(application)
+            if phase in ("Pending", "Running"):
+                if phase != status.get("phase"):
+                    patch.status["phase"] = phase
+                return
+            outcome = JobOutcome(
+                phase == "Succeeded", _manifest_if_readable(status.get("location")), error
+            )
+    else:
+        jobs = local_jobs_of(memo)
+        if not jobs.known(run["name"]):
+            outcome = JobOutcome(False, reason="the operator restarted during the local run")
+        else:
+            outcome = jobs.outcome(run["name"])
+            if outcome is None:
+                return
+    generation = meta.get("generation")
+    if outcome.succeeded:
+        update = offset_jobs.snapshot_status(outcome.result or {"location": status.get("location")})
+        update["conditions"] = ready(
+            True, "Succeeded", "snapshot written", status.get("conditions"), generation
+        )
+        patch.status.update(update)
+        return
+    attempts = int(status.get("attempts") or 1)
+    retry, message = offset_jobs.next_attempt(attempts, outcome.reason or "the job failed")
+    if retry:
+        update = await launch_snapshot(body, attempts + 1, memo)
+        update["message"] = message
+        update["conditions"] = ready(
+            False, "Retrying", message, status.get("conditions"), generation
+        )
+    else:
+        update = {"phase": "Failed", "message": message}
+        update["conditions"] = ready(
+            False, "JobFailed", message, status.get("conditions"), generation
+        )
+    patch.status.update(update)
+
+
+def _manifest_if_readable(location: str | None) -> dict[str, Any] | None:
+    """A cluster run's manifest, when its storage is a file system the operator sees too."""
+    if not location or not location.startswith("file://"):
+        return None
+    path = Path(location.removeprefix("file://")) / "manifest.json"
+    try:
+        found: dict[str, Any] = json.loads(path.read_text())
+        return found
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# ConsumerGroup.spec.snapshots
+
+
+def _parse_time(text: str | None) -> datetime.datetime | None:
+    return None if not text else datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@kopf.timer(*CONSUMER_GROUPS, interval=30.0, initial_delay=5.0)
+async def schedule_snapshots(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: Any,
+    **_: Any,
+) -> None:
+    schedule = spec.get("snapshots")
+    if not schedule:
+        return
+    kube = lifecycle.state_of(memo).kube
+    history = status.get("snapshots") or {}
+    now = datetime.datetime.now(datetime.UTC)
+    created = _parse_time(meta.get("creationTimestamp")) or now
+    due = offset_jobs.due_run(
+        schedule["schedule"], _parse_time(history.get("lastScheduleTime")), created, now
+    )
+    if due is not None:
+        snapshot = offset_jobs.build_scheduled_snapshot(body, schedule, due)
+        # A conflict: an earlier tick created it and lost its status patch.
+        with contextlib.suppress(kube_errors.Conflict):
+            await kube.create(kube_client.OFFSET_SNAPSHOTS, meta["namespace"], snapshot)
+        patch.status["snapshots"] = {
+            "lastScheduleTime": due.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastSnapshot": snapshot["metadata"]["name"],
+        }
+    existing = await kube.list(
+        kube_client.OFFSET_SNAPSHOTS,
+        meta["namespace"],
+        labels={offset_jobs.SCHEDULED_BY_LABEL: meta["name"]},
+    )
+    for name in offset_jobs.snapshots_to_prune(existing, int(schedule.get("historyLimit", 7))):
+        await kube.delete(kube_client.OFFSET_SNAPSHOTS, meta["namespace"], name)
+
+
+# ---------------------------------------------------------------------------------------
+# ConsumerGroup.spec.offsetReset
+
+
+def _released(description: messages.GroupDescription) -> bool:
+    """No member owns, or still has to revoke, any partition."""
+    return all(
+        not any(member.assignment.values())
+        and not any(member.partitions_pending_revocation.values())
+        for member in description.members
+    )
+
+
+async def _set_paused(state: Any, body: Mapping[str, Any], paused: bool) -> None:
+    group = consumer_groups.parse(body)
+    await state.runtime.configure_group(
+        group_settings.build_group_settings(group, paused_for_reset=paused)
+    )
+
+
+def _reset_condition(
+    status: Mapping[str, Any], active: bool, reason: str, message: str, generation: Any
+) -> list[dict[str, Any]]:
+    return conditions.merge_conditions(
+        status.get("conditions"),
+        [conditions.Condition(conditions.RESET_IN_PROGRESS, active, reason, message)],
+        generation,
+        conditions.now_rfc3339(),
+    )
+
+
+@kopf.timer(*CONSUMER_GROUPS, interval=3.0, initial_delay=1.0)
+async def drive_offset_reset(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: Any,
+    **_: Any,
+) -> None:
+    offset_reset = spec.get("offsetReset")
+    last = dict(status.get("lastReset") or {})
+    if not offset_jobs.reset_pending(offset_reset, last):
+        return
+    assert offset_reset is not None
+    state = lifecycle.state_of(memo)
+    group = consumer_groups.parse(body)
+    fingerprint = offset_jobs.reset_fingerprint(offset_reset)
+    stage = last.get("stage") if last.get("fingerprint") == fingerprint else None
+    dry_run = bool(offset_reset.get("dryRun", True))
+    generation = meta.get("generation")
+    run_name = f"reset-{meta['uid']}-{fingerprint}"
+    progress: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "target": dict(offset_reset),
+        "dryRun": dry_run,
+    }
+
+    try:
+        if stage is None:
+            if not dry_run:
+                patch.status["conditions"] = _reset_condition(
+                    status, True, "Pausing", "revoking every partition before the reset", generation
+                )
+                await _set_paused(state, body, True)
+            patch.status["lastReset"] = {
+                **progress,
+                "stage": "Planning" if dry_run else "Pausing",
+                "phase": "Running",
+            }
+            return
+        if stage == "Pausing":
+            try:
+                description = await state.runtime.describe_group(group.group_id)
+            except coordinator_errors.GroupIdNotFound:
+                description = None
+            if description is not None and not _released(description):
+                return  # members are still committing and releasing
+            patch.status["lastReset"] = {**progress, "stage": "Planning", "phase": "Running"}
+            return
+        # Planning: the restore job computes (and clamps) the plan; it never writes.
+        jobs = local_jobs_of(memo)
+        if not jobs.known(run_name):
+            snapshot_location = await _snapshot_location(state, meta["namespace"], offset_reset)
+            arguments = offset_jobs.restore_arguments(
+                state.config.bootstrap_servers,
+                state.config.state_topic,
+                group.group_id,
+                offset_reset,
+                group.topics,
+                snapshot_location,
+            )
+            jobs.start(run_name, "restore", [*arguments, *kafka_arguments()])
+            return
+        outcome = jobs.outcome(run_name)
+        if outcome is None:
+            return
+        if not outcome.succeeded or outcome.result is None:
+            raise ResetFailed(outcome.reason or "the restore job failed")
+        audit = dict(outcome.result)
+        if not dry_run:
+            planned = offset_jobs.commits_of(audit)
+            if planned:
+                response = await state.runtime.commit_offsets(
+                    messages.OffsetCommitRequest(
+                        group_id=group.group_id,
+                        member_id="",
+                        member_epoch=messages.LEAVE_EPOCH,
+                        offsets={
+                            tp: messages.CommitOffset(offset) for tp, offset in planned.items()
+                        },
+                    )
+                )
+                if response.errors:
+                    raise ResetFailed(f"the coordinator rejected: {dict(response.errors)}")
+            await _set_paused(state, body, False)
+            patch.status["conditions"] = _reset_condition(
+                status, False, "Done", "offsets reset", generation
+            )
+        patch.status["lastReset"] = {**progress, **audit, "stage": "Done", "phase": "Done"}
+    except (
+        ResetFailed,
+        coordinator_errors.CoordinatorError,
+        kube_errors.KubeError,
+        ValueError,
+    ) as error:
+        if not dry_run:
+            await _set_paused(state, body, False)
+            patch.status["conditions"] = _reset_condition(
+                status, False, "Failed", str(error), generation
+            )
+        patch.status["lastReset"] = {
+            **progress,
+            "stage": "Done",
+            "phase": "Failed",
+            "message": str(error),
+        }
+
+
+class ResetFailed(RuntimeError):
+    """The reset could not be planned or written; the group resumes untouched."""
+
+
+async def _snapshot_location(
+    state: Any, namespace: str, offset_reset: Mapping[str, Any]
+) -> str | None:
+    name = offset_reset.get("snapshot")
+    if offset_reset.get("to") != "snapshot" or not name:
+        return None
+    snapshot = await state.kube.get_or_none(kube_client.OFFSET_SNAPSHOTS, namespace, name)
+    snapshot_status = (snapshot or {}).get("status") or {}
+    if snapshot_status.get("phase") != "Succeeded" or not snapshot_status.get("location"):
+        raise ResetFailed(f"OffsetSnapshot {name!r} is not a finished snapshot")
+    location: str = snapshot_status["location"]
+    return location
