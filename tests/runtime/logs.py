@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import time
+import uuid
 from collections.abc import Iterable, Sequence
 
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kafka_group_records import codec, records
 
@@ -50,3 +52,29 @@ def compact_like_kafka(
         for index, (key, value) in enumerate(log)
         if last[key] == index and (keep_tombstones or value is not None)
     ]
+
+
+def read_partition(bootstrap: str, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
+    """Every record of the partition, in order, up to a marker this call appends first."""
+    nonce = uuid.uuid4().hex
+    marker = codec.encode_record(
+        records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
+    )
+    produce(bootstrap, topic, partition, [marker])
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    log: list[tuple[bytes, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.2):
+                assert message.error() is None, message.error()
+                pair = (message.key(), message.value())
+                if pair == marker:
+                    return log
+                log.append(pair)  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+    raise AssertionError(f"marker never read back from {topic}[{partition}]")

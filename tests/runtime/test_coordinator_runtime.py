@@ -1,0 +1,363 @@
+"""The coordinator runtime on a real broker: durability, batching, loading, timers, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.runtime import errors as runtime_errors
+from kafka_group_records import codec, partitioning, records
+from tests.runtime import logs
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 4
+
+
+def _config(bootstrap: str, name: str, **overrides: Any) -> coordinator_runtime.RuntimeConfig:
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=bootstrap,
+        topic=name,
+        partitions=PARTITIONS,
+        write_timeout_ms=3000,
+        metadata_interval_ms=500,
+    )
+    return replace(config, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: coordinator_runtime.RuntimeConfig,
+) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
+    runtime = coordinator_runtime.CoordinatorRuntime(config)
+    await asyncio.wait_for(runtime.start(), 60)
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+def _commit(group: str, offsets: Mapping[tuple[str, int], int]) -> messages.OffsetCommitRequest:
+    """An administrative commit (no member), as Kafka's admin client sends."""
+    return messages.OffsetCommitRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=messages.LEAVE_EPOCH,
+        offsets={
+            tp: messages.CommitOffset(offset, metadata=f"m{offset}")
+            for tp, offset in offsets.items()
+        },
+    )
+
+
+async def _fetch(
+    runtime: coordinator_runtime.CoordinatorRuntime, group: str
+) -> dict[tuple[str, int], int]:
+    response = await runtime.fetch_offsets(messages.OffsetFetchRequest(group))
+    return {tp: committed.offset for tp, committed in response.offsets.items()}
+
+
+def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+
+
+async def test_fetch_after_restart_returns_exactly_what_was_acknowledged(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    config = _config(broker.bootstrap, logs.unique_topic())
+    acknowledged: dict[str, messages.OffsetFetchResponse] = {}
+    async with running(config) as runtime:
+        for index in range(12):
+            group = f"group-{index}"
+            await runtime.commit_offsets(
+                _commit(group, {("orders", 0): index, ("orders", 1): 2 * index})
+            )
+            await runtime.commit_offsets(_commit(group, {("orders", 1): 3 * index}))
+            acknowledged[group] = await runtime.fetch_offsets(messages.OffsetFetchRequest(group))
+    async with running(config) as restarted:
+        for group, before in acknowledged.items():
+            after = await restarted.fetch_offsets(messages.OffsetFetchRequest(group))
+            assert after == before
+            assert {tp: c.offset for tp, c in after.offsets.items()} == {
+                ("orders", 0): int(group.split("-")[1]),
+                ("orders", 1): 3 * int(group.split("-")[1]),
+            }
+
+
+async def test_a_hundred_concurrent_committers(broker: embedded.EmbeddedBroker) -> None:
+    config = _config(broker.bootstrap, logs.unique_topic())
+    rounds = 10
+    async with running(config) as runtime:
+
+        async def committer(index: int) -> None:
+            # Ten committers share each group, so commits of one group meet in one batch.
+            for offset in range(1, rounds + 1):
+                response = await runtime.commit_offsets(
+                    _commit(f"g{index % 10}", {("t", index): offset})
+                )
+                assert response.errors == {}
+
+        await asyncio.gather(*(committer(index) for index in range(100)))
+        live = {group: await _fetch(runtime, group) for group in (f"g{i}" for i in range(10))}
+    expected = {f"g{g}": {("t", i): rounds for i in range(100) if i % 10 == g} for g in range(10)}
+    assert live == expected
+    async with running(config) as restarted:
+        assert {group: await _fetch(restarted, group) for group in expected} == expected
+
+
+async def test_commits_queued_together_are_produced_as_one_batch(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    config = _config(broker.bootstrap, name)
+    async with running(config) as runtime:
+        appended: list[int] = []
+        append = runtime._writer.append
+
+        async def counting_append(partition: int, batch: Any) -> None:
+            appended.append(len(batch))
+            await append(partition, batch)
+
+        runtime._writer.append = counting_append  # type: ignore[method-assign]
+        await asyncio.gather(
+            *(runtime.commit_offsets(_commit("batched", {("t", p): 1})) for p in range(50))
+        )
+    # All fifty were queued before the partition's worker ran: one produce carries them.
+    assert appended == [50]
+
+
+async def test_deleting_a_group_tombstones_its_records(broker: embedded.EmbeddedBroker) -> None:
+    name = logs.unique_topic()
+    config = _config(broker.bootstrap, name)
+    async with running(config) as runtime:
+        await runtime.configure_group(messages.GroupSettings("doomed", topics=("t",)))
+        await runtime.commit_offsets(_commit("doomed", {("t", 0): 5, ("t", 1): 6}))
+        await runtime.commit_offsets(_commit("kept", {("t", 0): 7}))
+        assert await _fetch(runtime, "doomed") == {("t", 0): 5, ("t", 1): 6}
+        await runtime.delete_group(messages.DeleteGroupRequest("doomed"))
+        assert await _fetch(runtime, "doomed") == {}
+        with pytest.raises(errors.GroupIdNotFound):
+            await runtime.describe_group("doomed")
+    log = logs.read_partition(
+        broker.bootstrap, name, partitioning.partition_for("doomed", PARTITIONS)
+    )
+    tombstoned = {codec.decode_key(key) for key, value in log if value is None}
+    assert {
+        records.OffsetCommitKey("doomed", "t", 0),
+        records.OffsetCommitKey("doomed", "t", 1),
+    } <= tombstoned
+    assert records.GroupConfigKey("doomed") in tombstoned
+    async with running(config) as restarted:
+        assert await _fetch(restarted, "doomed") == {}
+        assert await _fetch(restarted, "kept") == {("t", 0): 7}
+        assert "doomed" not in await restarted.list_groups()
+
+
+async def test_requests_while_loading_get_coordinator_load_in_progress(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    config = _config(broker.bootstrap, logs.unique_topic())
+    async with running(config) as runtime:
+        await runtime.commit_offsets(_commit("g", {("t", 0): 1}))
+    loading = coordinator_runtime.CoordinatorRuntime(replace(config, wait_until_loaded=False))
+    await loading.start()
+    try:
+        with pytest.raises(errors.CoordinatorLoadInProgress) as raised:
+            await loading.fetch_offsets(messages.OffsetFetchRequest("g"))
+        assert raised.value.code == 14
+        with pytest.raises(errors.CoordinatorLoadInProgress):
+            await loading.commit_offsets(_commit("g", {("t", 0): 2}))
+        with pytest.raises(errors.CoordinatorLoadInProgress):
+            await loading.heartbeat(messages.HeartbeatRequest("g", "m", 0))
+        await asyncio.wait_for(loading.wait_until_loaded(), 30)
+        assert await _fetch(loading, "g") == {("t", 0): 1}
+    finally:
+        await loading.stop()
+
+
+async def _settle(
+    runtime: coordinator_runtime.CoordinatorRuntime, group: str, member_ids: list[str], topic: str
+) -> None:
+    """Heartbeat every member, reporting what it owns, until the group is Stable."""
+    epochs = dict.fromkeys(member_ids, 0)
+    owned: dict[str, Mapping[str, frozenset[int]]] = {m: {} for m in member_ids}
+    for _ in range(40):
+        for index, member_id in enumerate(member_ids):
+            response = await runtime.heartbeat(
+                messages.HeartbeatRequest(
+                    group_id=group,
+                    member_id=member_id,
+                    member_epoch=epochs[member_id],
+                    instance_id=f"{group}-{index}",
+                    rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=(topic,),
+                    owned_partitions=owned[member_id],
+                )
+            )
+            epochs[member_id] = response.member_epoch
+            if response.assignment is not None:
+                owned[member_id] = response.assignment
+        if (await runtime.describe_group(group)).state == "Stable":
+            return
+    raise AssertionError(f"group {group} never settled: {await runtime.describe_group(group)}")
+
+
+async def test_group_state_records_restore_members_epochs_and_assignments(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = logs.unique_topic("orders")
+    _create_topic(broker.bootstrap, topic, 6)
+    config = _config(broker.bootstrap, logs.unique_topic())
+    async with running(config) as runtime:
+        await runtime.configure_group(messages.GroupSettings("members", topics=(topic,)))
+        await _settle(runtime, "members", ["m-a", "m-b", "m-c"], topic)
+        before = await runtime.describe_group("members")
+        before_state = runtime.canonical_state()
+    assert before.state == "Stable"
+    assert len(before.members) == 3
+    assert sorted(p for m in before.members for p in m.assignment.get(topic, ())) == list(range(6))
+    async with running(config) as restarted:
+        assert await restarted.describe_group("members") == before
+        assert restarted.canonical_state() == before_state
+
+
+async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = logs.unique_topic("orders")
+    _create_topic(broker.bootstrap, topic, 4)
+    original = _config(broker.bootstrap, logs.unique_topic(), partitions=1)
+    async with running(original) as runtime:
+        await runtime.configure_group(messages.GroupSettings("churn", topics=(topic,)))
+        await _settle(runtime, "churn", ["m-1", "m-2"], topic)
+        await runtime.remove_members(messages.RemoveMembersRequest("churn", ("churn-1",)))
+        for offset in range(30):
+            await runtime.commit_offsets(_commit("offsets-only", {("x", offset % 3): offset}))
+        await runtime.commit_offsets(_commit("gone", {("x", 0): 1}))
+        await runtime.delete_group(messages.DeleteGroupRequest("gone"))
+        live_state = runtime.canonical_state()
+    log = logs.read_partition(broker.bootstrap, original.topic, 0)
+    assert len(log) > len(logs.compact_like_kafka(log, keep_tombstones=False))
+
+    states = []
+    for keep_tombstones in (True, False):
+        copy = replace(original, topic=logs.unique_topic("compacted"))
+        async with running(copy):
+            pass  # creates the topic
+        logs.produce(
+            broker.bootstrap,
+            copy.topic,
+            0,
+            logs.compact_like_kafka(log, keep_tombstones=keep_tombstones),
+        )
+        async with running(copy) as replayed:
+            states.append(replayed.canonical_state())
+    async with running(original) as uncompacted:
+        states.append(uncompacted.canonical_state())
+    assert states[0] == states[1] == states[2] == live_state
+
+
+async def test_offsets_retention_expiry_writes_tombstones(broker: embedded.EmbeddedBroker) -> None:
+    name = logs.unique_topic()
+    config = _config(broker.bootstrap, name, timer_interval_ms=100)
+    async with running(config) as runtime:
+        await runtime.configure_group(
+            messages.GroupSettings("idle", topics=("t",), offsets_retention_ms=500)
+        )
+        await runtime.commit_offsets(_commit("idle", {("t", 0): 3}))
+        await runtime.commit_offsets(_commit("busy", {("t", 0): 4}))
+        assert await _fetch(runtime, "idle") == {("t", 0): 3}
+        for _ in range(100):
+            if not await _fetch(runtime, "idle"):
+                break
+            await asyncio.sleep(0.1)
+        assert await _fetch(runtime, "idle") == {}
+        # The default retention (7 days) keeps the other group's offsets.
+        assert await _fetch(runtime, "busy") == {("t", 0): 4}
+    log = logs.read_partition(
+        broker.bootstrap, name, partitioning.partition_for("idle", PARTITIONS)
+    )
+    assert (codec.encode_key(records.OffsetCommitKey("idle", "t", 0)), None) in log
+    async with running(config) as restarted:
+        assert await _fetch(restarted, "idle") == {}
+
+
+async def test_group_lag_is_log_end_minus_committed(broker: embedded.EmbeddedBroker) -> None:
+    topic = logs.unique_topic("lagging")
+    _create_topic(broker.bootstrap, topic, 2)
+    # One record per request: the broker's high watermark is then exact.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})
+    for _ in range(10):
+        producer.produce(topic, b"x", partition=0)
+        producer.flush(10)
+    config = _config(broker.bootstrap, logs.unique_topic())
+    async with running(config) as runtime:
+        await runtime.commit_offsets(_commit("lagged", {(topic, 0): 3, (topic, 1): 0}))
+        assert await runtime.group_lag("lagged") == {(topic, 0): 7, (topic, 1): 0}
+        assert await runtime.group_lag("nobody") == {}
+
+
+async def test_a_wrongly_configured_state_topic_stops_the_start(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _create_topic(broker.bootstrap, name, PARTITIONS)  # cleanup.policy=delete
+    runtime = coordinator_runtime.CoordinatorRuntime(_config(broker.bootstrap, name))
+    with pytest.raises(runtime_errors.StateTopicMisconfigured, match=r"cleanup\.policy=delete"):
+        await runtime.start()
+
+
+async def test_no_acknowledged_commit_is_lost_across_a_broker_restart(
+    fresh_broker: embedded.EmbeddedBroker,
+) -> None:
+    config = _config(fresh_broker.bootstrap, logs.unique_topic(), write_timeout_ms=1500)
+    acknowledged: dict[str, int] = {}
+    attempted: dict[str, set[int]] = {}
+    retriable: list[errors.CoordinatorError] = []
+    async with running(config) as runtime:
+        restarted = asyncio.Event()
+
+        async def committer(group: str) -> None:
+            offset, after_restart = 0, 0
+            while after_restart < 5:
+                offset += 1
+                attempted.setdefault(group, set()).add(offset)
+                try:
+                    await runtime.commit_offsets(_commit(group, {("t", 0): offset}))
+                except errors.CoordinatorError as error:
+                    retriable.append(error)
+                    await asyncio.sleep(0.1)
+                    continue
+                acknowledged[group] = offset
+                if restarted.is_set():
+                    after_restart += 1
+                await asyncio.sleep(0.01)
+
+        committers = asyncio.gather(*(committer(f"g{i}") for i in range(8)))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(fresh_broker.stop)
+        await asyncio.sleep(2)
+        await asyncio.to_thread(fresh_broker.start)
+        restarted.set()
+        await asyncio.wait_for(committers, 90)
+        live = {group: await _fetch(runtime, group) for group in acknowledged}
+    assert retriable, "the outage was never noticed"
+    assert all(error.retriable for error in retriable), retriable
+    async with running(config) as reloaded:
+        for group, offset in acknowledged.items():
+            stored = (await _fetch(reloaded, group))[("t", 0)]
+            # A commit whose acknowledgement was lost may still have landed, never an older one.
+            assert stored >= offset
+            assert stored in attempted[group]
+            assert live[group][("t", 0)] == stored
