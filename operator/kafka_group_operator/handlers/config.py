@@ -36,6 +36,10 @@ class OperatorConfig:
     # What consumer pods use to reach the member API (the chart's Service).
     coordinator_url: str = "http://kafka-group-operator:8080"
     status_interval_seconds: float = 10.0
+    # First retry delay of a spec that may heal (doubling up to 5 minutes).
+    retry_base_seconds: float = 5.0
+    # How long to wait for Kafka's metadata when checking a group's topics.
+    kafka_probe_timeout_seconds: float = 10.0
     # An explicit API server (out-of-cluster runs, tests); else in-cluster or kubeconfig login.
     kube_server: str | None = None
     namespaces: tuple[str, ...] = ()

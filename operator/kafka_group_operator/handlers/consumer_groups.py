@@ -54,9 +54,9 @@ _OWN_STATUS_KEYS = (
 )
 
 
-def retry_delay(retry: int) -> float:
+def retry_delay(retry: int, base: float = 5.0) -> float:
     """Exponential backoff for specs that may heal: 5 s, 10 s, 20 s, ... at most 5 minutes."""
-    return float(min(5 * 2 ** min(retry, 10), 300))
+    return float(min(base * 2 ** min(retry, 10), 300.0))
 
 
 def reconciliation_paused(meta: Mapping[str, Any]) -> bool:
@@ -116,7 +116,7 @@ async def reconcile(
         if isinstance(error, spec_errors.InvalidSpec):
             # Retrying cannot help; the next edit of the resource triggers a new attempt.
             raise kopf.PermanentError(error.message) from error
-        raise kopf.TemporaryError(error.message, delay=retry_delay(retry)) from error
+        raise kopf.TemporaryError(error.message, delay=retry_delay(retry, state.config.retry_base_seconds)) from error
     try:
         await apply_children(state, group, body)
         await state.runtime.configure_group(
@@ -126,7 +126,7 @@ async def reconcile(
         await remove_surplus_members(state, group, description)
     except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
         kopf.warn(body, reason="ReconcileFailed", message=str(error))
-        raise kopf.TemporaryError(str(error), delay=retry_delay(retry)) from error
+        raise kopf.TemporaryError(str(error), delay=retry_delay(retry, state.config.retry_base_seconds)) from error
     # The pause condition, if any, is over.
     if conditions.find(status.get("conditions"), RECONCILIATION_PAUSED) is not None:
         resumed = conditions.Condition(
@@ -158,7 +158,10 @@ async def _check_dependencies(
                 f"the Kafka Secret {group.kafka.secret_name!r} (kafka.secretRef) does not exist"
             )
     await kafka_probe.check_topics(
-        group.kafka.bootstrap_servers, state.config.kafka_config, group.topics
+        group.kafka.bootstrap_servers,
+        state.config.kafka_config,
+        group.topics,
+        state.config.kafka_probe_timeout_seconds,
     )
 
 

@@ -128,7 +128,9 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
 
 
 @kopf.on.login()
-def login(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+async def login(
+    settings: kopf.OperatorSettings, memo: Any, **kwargs: Any
+) -> kopf.ConnectionInfo | None:
     config = config_of(memo)
     info: kopf.ConnectionInfo | None
     if config.kube_server is not None:
