@@ -274,7 +274,7 @@ class LocalGroup:
             "KAFKA_BOOTSTRAP_SERVERS": self.broker.bootstrap,
             "KGO_AUTO_OFFSET_RESET": "earliest",
             "KGO_COMMIT_INTERVAL_MS": "500",
-            "KGO_LOST_AFTER_MS": str(self.session_timeout_ms),
+            "KGO_LOST_AFTER_MS": str(self.session_timeout_ms // 2),
         }
 
     def journal_path(self, instance: str) -> Path:

@@ -422,6 +422,9 @@ class GroupMember:
             self._wake.clear()
             with self._lock:
                 epoch, owned = self._epoch, self._owned
+            # The coordinator arms the session deadline when it handles the request, which
+            # is after it was sent: counting from the send keeps "lost" ahead of expiry.
+            sent_at = time.monotonic()
             try:
                 reply = self._client.heartbeat(self._heartbeat_body(epoch, owned))
             except REJOIN_ERRORS as error:
@@ -436,22 +439,27 @@ class GroupMember:
                 if not error.retriable:
                     self._fail(error)
                     return
-                if time.monotonic() - self._last_heartbeat_ok > self.config.lost_after_ms / 1000:
+                lost_at = self._last_heartbeat_ok + self.config.lost_after_ms / 1000
+                if time.monotonic() >= lost_at and self._owned:
                     logger.warning(
                         "no heartbeat for %d ms: dropping partitions", self.config.lost_after_ms
                     )
                     self._lose_everything()
-                logger.info("heartbeat failed (%s), retrying in %.1fs", error.name, backoff)
-                self._wake.wait(backoff * random.uniform(0.8, 1.2))
+                delay = backoff * random.uniform(0.8, 1.2)
+                if self._owned:
+                    # Never sleep past the moment the partitions must be dropped.
+                    delay = max(0.01, min(delay, lost_at - time.monotonic()))
+                logger.info("heartbeat failed (%s), retrying in %.1fs", error.name, delay)
+                self._wake.wait(delay)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
             backoff = BACKOFF_INITIAL_S
-            self._apply_reply(reply, epoch)
+            self._apply_reply(reply, sent_at)
             self._wake.wait(self._interval_s)
 
-    def _apply_reply(self, reply: Mapping[str, Any], sent_epoch: int) -> None:
+    def _apply_reply(self, reply: Mapping[str, Any], sent_at: float) -> None:
         with self._lock:
-            self._last_heartbeat_ok = time.monotonic()
+            self._last_heartbeat_ok = sent_at
             self._epoch = int(reply["memberEpoch"])
             self._interval_s = max(int(reply["heartbeatIntervalMs"]), 10) / 1000
             assignment = reply.get("assignment")

@@ -1,0 +1,280 @@
+"""``GroupMember`` against a real coordinator process and the embedded broker.
+
+Outages and fencing are real too: the member reaches the coordinator through a loopback
+proxy that the test cuts, while the coordinator keeps running its session timers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from kafka_group_operator.commands import demo
+from kafka_group_operator.coordinator import errors
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.member import GroupMember, MemberConfig, MemberError, client
+from tests.member import proxy
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+SESSION_TIMEOUT_MS = 2_000
+TOPICS = ("basic", "latest", "outage", "fenced", "instance")
+
+
+@pytest.fixture(scope="module")
+def coordinator(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
+    suffix = uuid.uuid4().hex[:8]
+    local = demo.LocalGroup(
+        group=f"member-tests-{suffix}",
+        topic=f"member-main-{suffix}",
+        partitions=2,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=100,
+        state_partitions=1,
+    )
+    local.broker = broker
+    # Before the coordinator starts, so that its first metadata poll knows every topic.
+    for name in TOPICS:
+        local.create_topic(f"{name}-{suffix}", 4 if name in ("fenced", "outage") else 2)
+    local.start(broker)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def topic(coordinator: demo.LocalGroup, name: str) -> str:
+    return f"{name}-{coordinator.topic.rsplit('-', 1)[1]}"
+
+
+def produce(bootstrap: str, topic_name: str, partition: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    for index in range(count):
+        producer.produce(topic_name, value=f"m{index}".encode(), partition=partition)
+    assert producer.flush(10) == 0
+
+
+def config(
+    coordinator: demo.LocalGroup, topic_name: str, url: str | None = None, **overrides: Any
+) -> MemberConfig:
+    assert coordinator.broker is not None
+    settings: dict[str, Any] = {
+        "group_id": coordinator.group,
+        "coordinator_url": url or coordinator.coordinator_url,
+        "topics": (topic_name,),
+        "bootstrap_servers": coordinator.broker.bootstrap,
+        "commit_interval_ms": 200,
+        # Well inside the session timeout, so that a member gives its partitions up before
+        # the coordinator hands them to someone else, even on a loaded machine.
+        "lost_after_ms": SESSION_TIMEOUT_MS // 2,
+        **overrides,
+    }
+    return MemberConfig(**settings)
+
+
+@dataclass
+class Running:
+    """A member iterating on its own thread, recording (partition, offset, time)."""
+
+    member: GroupMember
+    processed: list[tuple[int, int, float]] = field(default_factory=list)
+    lost: list[tuple[float, frozenset[tuple[str, int]]]] = field(default_factory=list)
+    failure: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    def start(self) -> Running:
+        def run() -> None:
+            try:
+                for message in self.member:
+                    self.processed.append(
+                        (message.partition() or 0, message.offset() or 0, time.time())
+                    )
+            except BaseException as error:
+                self.failure = error
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return self
+
+    def wait_for(self, count: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.processed) < count:
+            assert self.failure is None, self.failure
+            assert time.monotonic() < deadline, f"processed {len(self.processed)} of {count}"
+            time.sleep(0.02)
+
+    def wait_assigned(self, count: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.member.assignment) != count:
+            assert time.monotonic() < deadline, f"owns {sorted(self.member.assignment)}"
+            time.sleep(0.02)
+
+    def stop(self, permanent: bool = True) -> None:
+        self.member.stop(permanent=permanent)
+        assert self.thread is not None
+        self.thread.join(20)
+        assert not self.thread.is_alive()
+
+
+def running(member_config: MemberConfig) -> Running:
+    lost: list[tuple[float, frozenset[tuple[str, int]]]] = []
+    member = GroupMember(member_config, on_lost=lambda p: lost.append((time.time(), p)))
+    return Running(member, lost=lost).start()
+
+
+def test_consumes_commits_on_stop_and_the_next_member_resumes(
+    coordinator: demo.LocalGroup,
+) -> None:
+    name = topic(coordinator, "basic")
+    assert coordinator.broker is not None
+    for partition in (0, 1):
+        produce(coordinator.broker.bootstrap, name, partition, 50)
+    first = running(config(coordinator, name, commit_interval_ms=60_000))
+    first.wait_for(100)
+    first.stop()
+    assert sorted((p, o) for p, o, _ in first.processed) == [
+        (p, o) for p in (0, 1) for o in range(50)
+    ]
+    coordinator_client = client.CoordinatorClient(coordinator.coordinator_url, coordinator.group)
+    assert coordinator_client.fetch([(name, 0), (name, 1)]) == {(name, 0): 50, (name, 1): 50}
+
+    for partition in (0, 1):
+        produce(coordinator.broker.bootstrap, name, partition, 10)
+    commits: list[dict[tuple[str, int], int]] = []
+    committed = threading.Event()
+
+    def on_commit(offsets: Any, failed: Any) -> None:
+        assert not failed
+        commits.append(dict(offsets))
+        committed.set()
+
+    second_member = GroupMember(
+        config(coordinator, name, commit_interval_ms=60_000), on_commit=on_commit
+    )
+    second = Running(second_member).start()
+    second.wait_for(20)
+    time.sleep(0.3)
+    assert sorted((p, o) for p, o, _ in second.processed) == [
+        (p, o) for p in (0, 1) for o in range(50, 60)
+    ]
+    # Offsets count as processed once the next message is asked for; both are by now.
+    assert second_member.commit(asynchronous=True) == {}
+    assert committed.wait(5)
+    assert commits[-1] == {(name, 0): 60, (name, 1): 60}
+    assert second_member.commit() == {}  # nothing new: nothing sent, nothing failed
+    second.stop()
+    assert coordinator_client.fetch([(name, 0), (name, 1)]) == {(name, 0): 60, (name, 1): 60}
+
+
+def test_without_a_commit_auto_offset_reset_latest_skips_the_backlog(
+    coordinator: demo.LocalGroup,
+) -> None:
+    name = topic(coordinator, "latest")
+    assert coordinator.broker is not None
+    produce(coordinator.broker.bootstrap, name, 0, 10)
+    member = running(config(coordinator, name, auto_offset_reset="latest"))
+    member.wait_assigned(2)
+    time.sleep(1.0)  # the fetcher positions itself at the end
+    produce(coordinator.broker.bootstrap, name, 0, 5)
+    member.wait_for(5)
+    time.sleep(0.3)
+    member.stop()
+    assert [(p, o) for p, o, _ in member.processed] == [(0, o) for o in range(10, 15)]
+
+
+def test_a_short_coordinator_outage_changes_nothing(coordinator: demo.LocalGroup) -> None:
+    name = topic(coordinator, "outage")
+    assert coordinator.broker is not None
+    producer = demo.Producer(coordinator.broker.bootstrap, name, 4, rate=200)
+    producer.start()
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    member = running(config(coordinator, name, url=link.url, instance_id="outage-0"))
+    try:
+        member.wait_assigned(4)
+        epoch = member.member.member_epoch
+        cut_at = time.time()
+        link.cut()
+        time.sleep(SESSION_TIMEOUT_MS / 1000 / 3)
+        link.restore()
+        restored_at = time.time()
+        time.sleep(0.5)
+        # It kept processing while the coordinator was out of reach, and lost nothing.
+        assert {p for p, _, at in member.processed if cut_at <= at <= restored_at} == {0, 1, 2, 3}
+        assert member.lost == []
+        assert len(member.member.assignment) == 4
+        assert member.member.member_epoch == epoch
+    finally:
+        member.stop()
+        producer.stop()
+        link.close()
+
+
+def test_a_fenced_member_stops_at_once_and_rejoins(coordinator: demo.LocalGroup) -> None:
+    name = topic(coordinator, "fenced")
+    assert coordinator.broker is not None
+    producer = demo.Producer(coordinator.broker.bootstrap, name, 4, rate=200)
+    producer.start()
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    cut_off = running(config(coordinator, name, url=link.url))
+    other = running(config(coordinator, name))
+    try:
+        cut_off.wait_assigned(2)
+        other.wait_assigned(2)
+        mine = cut_off.member.assignment
+        link.cut()
+        # The coordinator expires the member and hands its partitions to the other one.
+        other.wait_assigned(4, timeout=SESSION_TIMEOUT_MS / 1000 + 5)
+        taken_at = time.time()
+        assert cut_off.lost, "the cut-off member never gave its partitions up"
+        lost_at, lost = cut_off.lost[0]
+        assert lost == mine
+        # No zombie: nothing of the lost partitions was processed after they were dropped,
+        # and they were dropped before the coordinator gave them away.
+        assert lost_at <= taken_at
+        assert [m for m in cut_off.processed if m[2] > lost_at] == []
+        link.restore()
+        # UNKNOWN_MEMBER_ID on its next heartbeat: it rejoins with epoch 0 and gets a share.
+        cut_off.wait_assigned(2, timeout=10)
+        other.wait_assigned(2, timeout=10)
+        rejoined = len(cut_off.processed)
+        cut_off.wait_for(rejoined + 10)
+        assert cut_off.failure is None
+    finally:
+        cut_off.stop()
+        other.stop()
+        producer.stop()
+        link.close()
+
+
+def test_a_fenced_instance_id_is_fatal(coordinator: demo.LocalGroup) -> None:
+    name = topic(coordinator, "instance")
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    # A member that does not give up on its own, so that it comes back as a zombie with
+    # its old epoch (with the default lost_after_ms it would have rejoined as a newcomer and
+    # waited with UNRELEASED_INSTANCE_ID instead).
+    zombie = running(
+        config(coordinator, name, url=link.url, instance_id="instance-0", lost_after_ms=60_000)
+    )
+    try:
+        zombie.wait_assigned(2)
+        link.cut()
+        # Its session expires; a new process takes the instance id over.
+        time.sleep(SESSION_TIMEOUT_MS / 1000 + 1)
+        successor = running(config(coordinator, name, instance_id="instance-0"))
+        successor.wait_assigned(2)
+        link.restore()
+        assert zombie.thread is not None
+        zombie.thread.join(10)
+        assert isinstance(zombie.failure, MemberError)
+        assert isinstance(zombie.failure.__cause__, errors.FencedInstanceId)
+        assert len(successor.member.assignment) == 2
+        successor.stop()
+    finally:
+        link.close()
