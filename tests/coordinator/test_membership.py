@@ -159,6 +159,9 @@ def test_static_member_restart_moves_nothing() -> None:
     left = harness.heartbeat("m1", messages.STATIC_LEAVE_EPOCH, instance_id="g-1")
     assert left.response == response("m1", -2)
     assert left.records == [current("m1", -2, 2, STABLE, (3, 4, 5))]
+    away = harness.shard.describe_group(GROUP).members[1]
+    assert (away.member_id, away.member_epoch, away.state) == ("m1", -2, "LEFT_TEMPORARILY")
+    assert away.assignment == parts(3, 4, 5)
 
     # The restarted pod has a new member id; it keeps the instance id, and with it everything.
     back = harness.heartbeat("m1-restarted", 0, instance_id="g-1")
@@ -182,6 +185,7 @@ def test_static_member_restart_moves_nothing() -> None:
         harness.heartbeat("m1", 2, instance_id="g-1", owned=parts(3, 4, 5))
     with pytest.raises(errors.UnknownMemberId):
         harness.heartbeat("m1", 2, owned=parts(3, 4, 5))
+    assert harness.replayed().canonical_state() == harness.shard.canonical_state()
 
 
 def test_a_second_live_instance_is_refused() -> None:
@@ -269,6 +273,7 @@ def test_scale_down_moves_only_the_departed_members_partitions() -> None:
     moved = set().union(*after.values()) - set().union(*(before[m] for m in after))
     assert moved == before["m3"]
     assert sorted(len(p) for p in after.values()) == [4, 4, 4]
+    assert harness.replayed().canonical_state() == harness.shard.canonical_state()
 
 
 def test_remove_members_reports_unknown_instances() -> None:
@@ -404,3 +409,5 @@ def test_delete_group() -> None:
         harness.shard.describe_group(GROUP)
     with pytest.raises(errors.UnknownMemberId):
         harness.heartbeat("m0", 2, owned=parts(0, 1, 2))
+    # Tombstones included, a replay from scratch ends with nothing either.
+    assert harness.replayed().canonical_state() == {"groups": {}, "offsets": {}}

@@ -39,6 +39,17 @@ _MEMBER_KEYS = (
 )
 
 
+# How a static member that left with epoch -2 is described: it holds its partitions for the
+# session timeout but consumes nothing, so it must not look STABLE (ready) to the operator.
+LEFT_TEMPORARILY = "LEFT_TEMPORARILY"
+
+
+def _described_state(member: group.Member) -> str:
+    if member.member_epoch == messages.STATIC_LEAVE_EPOCH:
+        return LEFT_TEMPORARILY
+    return member.state.name
+
+
 class CoordinatorShard:
     def __init__(
         self, assignors: Mapping[str, assignor_api.PartitionAssignor] | None = None
@@ -163,7 +174,7 @@ class CoordinatorShard:
                     instance_id=member.instance_id,
                     rack_id=member.rack_id,
                     member_epoch=member.member_epoch,
-                    state=member.state.name,
+                    state=_described_state(member),
                     subscribed_topic_names=member.subscribed_topic_names,
                     assignment=existing.by_name(member.assigned),
                     target_assignment=existing.by_name(existing.target.get(member.member_id, {})),
