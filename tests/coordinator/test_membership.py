@@ -411,3 +411,36 @@ def test_delete_group() -> None:
         harness.heartbeat("m0", 2, owned=parts(0, 1, 2))
     # Tombstones included, a replay from scratch ends with nothing either.
     assert harness.replayed().canonical_state() == {"groups": {}, "offsets": {}}
+
+
+def test_restarted_container_rejoins_as_the_same_member_and_keeps_everything() -> None:
+    # The member id comes from the pod, so a crashed container comes back with the same id
+    # and epoch 0, owning nothing yet.
+    harness = two_stable_members()
+    back = harness.heartbeat("m1", 0, instance_id="g-1")
+    assert (back.response, back.records) == (response("m1", 2, parts(3, 4, 5)), [])
+
+
+def test_same_member_returning_from_a_temporary_leave() -> None:
+    harness = two_stable_members()
+    harness.heartbeat("m1", messages.STATIC_LEAVE_EPOCH, instance_id="g-1")
+    back = harness.heartbeat("m1", 0, instance_id="g-1")
+    assert back.response == response("m1", 2, parts(3, 4, 5))
+    assert back.records == [current("m1", 2, 2, STABLE, (3, 4, 5))]
+    assert state(harness) == "Stable"
+
+
+def test_static_member_returning_after_its_target_changed() -> None:
+    # m1 left before it received its partitions; meanwhile m0 still holds them.
+    harness = ranged()
+    harness.heartbeat("m0", 0, instance_id="g-0")
+    harness.heartbeat("m1", 0, instance_id="g-1")
+    harness.heartbeat("m1", messages.STATIC_LEAVE_EPOCH, instance_id="g-1")
+    back = harness.heartbeat("m1-new", 0, instance_id="g-1")
+    assert back.response == response("m1-new", 2, {})
+    assert back.records[-3] == current("m1-new", 2, 2, UNRELEASED)
+    harness.heartbeat("m0", 1, owned=parts(0, 1, 2, 3, 4, 5))
+    harness.heartbeat("m0", 1, owned=parts(0, 1, 2))
+    assert harness.heartbeat("m1-new", 2, owned={}).response == response(
+        "m1-new", 2, parts(3, 4, 5)
+    )
