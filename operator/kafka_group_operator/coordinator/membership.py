@@ -476,8 +476,13 @@ class Membership:
         return Result(None, records)
 
     def update_topics(self, topics: Mapping[str, messages.TopicInfo], now_ms: int) -> Result[None]:
-        """Take the broker's metadata (every topic; absent = does not exist) and rebalance
-        the groups whose subscribed topics changed (created, deleted, partitions added)."""
+        """Take the broker's metadata and rebalance the groups whose subscribed topics changed.
+
+        ``topics`` is a snapshot of every topic (absent = does not exist), not a delta. The
+        feed is soft state and is kept at once: groups are compared with it again on every
+        later membership change, and a runtime that loses a write reloads the shard, which
+        starts without a feed.
+        """
         feed = {name: _topic_metadata(info) for name, info in topics.items()}
         previous = self.topic_feed
         if previous == feed:
