@@ -72,7 +72,10 @@ class OffsetCommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitResponse:
-    # Per-partition error name (Kafka's), absent for partitions that were committed.
+    # Per-partition error name (Kafka's), absent for partitions that were committed:
+    # UNKNOWN_MEMBER_ID for a partition the member does not own (do not retry),
+    # OFFSET_METADATA_TOO_LARGE, or REBALANCE_IN_PROGRESS for an administrative commit of a
+    # paused group's partition that a member still owns (retry once it is revoked).
     errors: Mapping[TopicPartition, str] = field(default_factory=dict)
 
 
