@@ -21,10 +21,12 @@ Two paths, chosen like Kafka's two builders:
   ``[t0p1, t2p0, t3p1]``, C2 ``[t1p0, t2p1]``. When C1 leaves, C0 and C2 keep theirs and
   C1's three go two to C2 and one to C0.
 * Unequal subscriptions: keep every claim, give each free partition to the least loaded
-  subscriber (topics with the fewest subscribers first), then move partitions, newly given
-  ones before kept ones, from the most loaded holder of a topic to its least loaded
-  subscriber until every topic meets the rule above. Each move lowers the sum of squared
-  counts, so this ends.
+  subscriber (topics with the fewest subscribers first; an aligned one when it is as
+  little loaded), then move partitions, newly given ones before kept ones, from the most
+  loaded holder of a topic to its least loaded subscriber until every topic meets the rule
+  above. Each move lowers the sum of squared counts, so this ends. Claims are not moved for
+  rack alignment here: without quotas, doing so can swap partitions back and forth between
+  rounds.
 
 Cooperative mode then holds back every partition given to a member other than the one
 that still holds it (or that two members claim at the same generation): the holder sees it
@@ -65,10 +67,10 @@ def assign(spec: api.GroupSpec, options: Options) -> api.GroupAssignment:
         subscribed.update(topics)
     claims = common.resolve_claims(subscriptions, topics_of, counts, subscribed)
     racks = _racks(spec, subscriptions, topics_of, subscribed, options)
-    if racks is not None:
-        _drop_misaligned_claims(claims, racks, topics_of)
     homogeneous = all(topics == topics_of[0] for topics in topics_of)
     if homogeneous:
+        if racks is not None:
+            _drop_misaligned_claims(claims, racks, topics_of)
         lists = _assign_equal(claims, sorted(subscribed), counts, racks, options)
     else:
         lists = _assign_unequal(claims, topics_of, subscribed, racks, options)
