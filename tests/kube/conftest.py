@@ -35,6 +35,8 @@ async def operator(
         api_port=port,
         coordinator_url=f"http://127.0.0.1:{port}",
         status_interval_seconds=0.2,
+        retry_base_seconds=0.5,
+        kafka_probe_timeout_seconds=2.0,
         kube_server=str(kmock.url).rstrip("/"),
     )
     async with kube.RunningOperator(config) as running:

@@ -10,6 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kafka_group_operator.coordinator import errors as coordinator_errors
+from kafka_group_operator.coordinator import messages
 from kafka_group_operator.manifests import consumer_group
 from kafka_group_operator.specs import consumer_group as specs
 from tests.support import kube
@@ -165,6 +167,14 @@ async def api_call(api: kube.ApiServer, method: str, path: str, body: Any = None
         assert response.status < 300, await response.text()
 
 
+def event_reasons(api: kube.ApiServer) -> set[str]:
+    return {
+        str(obj.raw.get("reason"))
+        for (resource, _, _), obj in api.objects.items()
+        if resource.plural == "events" and not obj.deleted
+    }
+
+
 def token_of(api: kube.ApiServer) -> str:
     secret = api.get("v1/secrets", NS, "orders-group-token")
     assert secret is not None
@@ -208,3 +218,181 @@ async def test_scale_and_the_status_follows(
     assert ready is not None
     assert (ready["status"], ready["observedGeneration"]) == ("False", 2)
     assert ready["message"] == "0 of 3 members are ready"
+
+
+async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    # A long session timeout: any movement within this test is the operator's doing.
+    await create(kmock, group_body(topic, broker.bootstrap, sessionTimeoutSeconds=120))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    for name in ("orders-0", "orders-1"):
+        await api_call(kmock, "POST", PODS_PATH, pod(name))
+    url = operator.config.coordinator_url
+    async with aiohttp.ClientSession() as session:
+        first = Member(session, url, token_of(kmock), "orders-0", topic)
+        second = Member(session, url, token_of(kmock), "orders-1", topic)
+        await heartbeat_until(
+            [first, second], lambda: len(first.partitions) == 2 and len(second.partitions) == 2
+        )
+        kept = first.partitions
+        theirs = second.partitions
+
+        # orders-1 restarts: its pod is deleted and its member leaves temporarily (-2).
+        await api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
+        status, _ = await second.heartbeat(epoch=-2)
+        assert status == 200
+        for _ in range(15):  # 1.5 s of heartbeats: time for the operator to act, if it would
+            await first.heartbeat()
+            await asyncio.sleep(0.1)
+        assert first.partitions == kept
+        description = await operator.call(operator.state.runtime.describe_group(f"{NS}.orders"))
+        by_instance = {m.instance_id: m for m in description.members}
+        assert set(by_instance) == {"orders-0", "orders-1"}
+        assert set(by_instance["orders-1"].assignment.get(topic, ())) == theirs
+
+        # The pod comes back (a new pod, a new member id) and gets its partitions back.
+        await api_call(kmock, "POST", PODS_PATH, pod("orders-1"))
+        returned = Member(session, url, token_of(kmock), "orders-1", topic)
+        await heartbeat_until([first, returned], lambda: returned.partitions == theirs)
+        assert first.partitions == kept
+
+        # Scale down: orders-1 is gone for good and its partitions move at once, long before
+        # the 120 s session timeout.
+        await api_call(kmock, "PATCH", f"{GROUP_PATH}/scale", {"spec": {"replicas": 1}})
+        await api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
+        await heartbeat_until([first], lambda: first.partitions == {0, 1, 2, 3}, within=10)
+        status, reply = await returned.heartbeat()
+        assert status != 200, reply
+        description = await operator.call(operator.state.runtime.describe_group(f"{NS}.orders"))
+        assert [m.instance_id for m in description.members] == ["orders-0"]
+
+        def reported() -> bool:
+            status = (kmock.get(CG, NS, "orders") or {}).get("status") or {}
+            members = status.get("members", [])
+            return [(m.get("instanceId"), m.get("partitions")) for m in members] == [
+                ("orders-0", 4)
+            ]
+
+        # The member confirms what it owns with its next heartbeats; the status follows.
+        await heartbeat_until([first], reported)
+    assert "MemberRemoved" in event_reasons(kmock) or "Rebalance" in event_reasons(kmock)
+    status = kmock.get(CG, NS, "orders")["status"]  # type: ignore[index]
+    assert status["readyMembers"] == 1
+    assert status["state"] == "Stable"
+    assert condition(kmock, "Ready")["reason"] == "GroupStable"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+async def test_delete_under_each_deletion_policy(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any, policy: str
+) -> None:
+    await create(kmock, group_body(topic, broker.bootstrap, replicas=1, deletionPolicy=policy))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    group_id = f"{NS}.orders"
+    async with aiohttp.ClientSession() as session:
+        member = Member(
+            session, operator.config.coordinator_url, token_of(kmock), "orders-0", topic
+        )
+        await heartbeat_until([member], lambda: len(member.partitions) == 4)
+        status, reply = await member.commit(2, 42)
+        assert status == 200, reply
+        await member.heartbeat(epoch=-1)  # the pod stops for good
+    runtime = operator.state.runtime
+    fetch = messages.OffsetFetchRequest(group_id=group_id)
+    assert (await operator.call(runtime.fetch_offsets(fetch))).offsets[(topic, 2)].offset == 42
+
+    await api_call(kmock, "DELETE", GROUP_PATH)
+    await operator.wait_for(lambda: kmock.get(CG, NS, "orders") is None)
+    offsets = (await operator.call(runtime.fetch_offsets(fetch))).offsets
+    if policy == "Retain":
+        assert offsets[(topic, 2)].offset == 42
+        assert operator.state.tokens.token_for(group_id) is None
+    else:
+        assert offsets == {}
+        with pytest.raises(coordinator_errors.GroupIdNotFound):
+            await operator.call(runtime.describe_group(group_id))
+    expected = "GroupRetained" if policy == "Retain" else "GroupDeleted"
+    await operator.wait_for(lambda: expected in event_reasons(kmock))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "message"),
+    [
+        ({"topics": ["does-not-exist"]}, "UnknownTopic", "does-not-exist do not exist"),
+        (
+            {"kafka": {"bootstrapServers": "BOOTSTRAP", "secretRef": {"name": "absent"}}},
+            "SecretNotFound",
+            "'absent'",
+        ),
+        ({"kafka": {"bootstrapServers": "127.0.0.1:1"}}, "KafkaUnreachable", "127.0.0.1:1"),
+        ({"topics": ["twice", "twice"]}, "InvalidSpec", "more than once"),
+    ],
+    ids=["unknown-topic", "missing-secret", "unreachable-bootstrap", "invalid"],
+)
+async def test_a_spec_that_cannot_be_honoured_is_reported(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: Any,
+    change: dict[str, Any],
+    reason: str,
+    message: str,
+) -> None:
+    body = group_body(topic, broker.bootstrap)
+    if "kafka" in change:
+        change["kafka"]["bootstrapServers"] = change["kafka"]["bootstrapServers"].replace(
+            "BOOTSTRAP", broker.bootstrap
+        )
+    body["spec"].update(change)
+    await create(kmock, body)
+    ready = await operator.wait_for(lambda: condition(kmock, "Ready"), within=30)
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert message in ready["message"]
+    assert ready["observedGeneration"] == 1
+    degraded = condition(kmock, "Degraded")
+    assert degraded is not None
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    # Nothing is started for a group that cannot work.
+    assert kmock.get("apps/v1/statefulsets", NS, "orders") is None
+
+
+async def test_a_missing_secret_heals_on_retry(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    body = group_body(topic, broker.bootstrap)
+    body["spec"]["kafka"]["secretRef"] = {"name": "kafka-tls"}
+    await create(kmock, body)
+    await operator.wait_for(
+        lambda: (condition(kmock, "Ready") or {}).get("reason") == "SecretNotFound"
+    )
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kafka-tls"}, "data": {}}
+    await api_call(kmock, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)
+    # Retried with backoff, without any change to the resource.
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"), within=20)
+    await operator.wait_for(
+        lambda: (condition(kmock, "Degraded") or {}).get("reason") == "MembersMissing"
+    )
+
+
+async def test_pause_reconciliation_annotation(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    await create(kmock, group_body(topic, broker.bootstrap))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    annotation = {"metadata": {"annotations": {"kafkagroups.io/pause-reconciliation": "true"}}}
+    await api_call(kmock, "PATCH", GROUP_PATH, annotation)
+    await operator.wait_for(
+        lambda: (condition(kmock, "ReconciliationPaused") or {}).get("status") == "True"
+    )
+    await api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 4}})
+    await asyncio.sleep(1.0)
+    assert kmock.get("apps/v1/statefulsets", NS, "orders")["spec"]["replicas"] == 2  # type: ignore[index]
+    resume = {"metadata": {"annotations": {"kafkagroups.io/pause-reconciliation": None}}}
+    await api_call(kmock, "PATCH", GROUP_PATH, resume)
+    await operator.wait_for(
+        lambda: kmock.get("apps/v1/statefulsets", NS, "orders")["spec"]["replicas"] == 4  # type: ignore[index]
+    )
+    await operator.wait_for(
+        lambda: (condition(kmock, "ReconciliationPaused") or {}).get("status") == "False"
+    )

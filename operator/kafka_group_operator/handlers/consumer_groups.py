@@ -104,6 +104,7 @@ async def reconcile(
             },
         )
         return
+    state.reconciled.pop((namespace, name), None)
     try:
         group = parse(body)
         await _check_dependencies(state, group)
@@ -116,7 +117,9 @@ async def reconcile(
         if isinstance(error, spec_errors.InvalidSpec):
             # Retrying cannot help; the next edit of the resource triggers a new attempt.
             raise kopf.PermanentError(error.message) from error
-        raise kopf.TemporaryError(error.message, delay=retry_delay(retry, state.config.retry_base_seconds)) from error
+        raise kopf.TemporaryError(
+            error.message, delay=retry_delay(retry, state.config.retry_base_seconds)
+        ) from error
     try:
         await apply_children(state, group, body)
         await state.runtime.configure_group(
@@ -126,7 +129,11 @@ async def reconcile(
         await remove_surplus_members(state, group, description)
     except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
         kopf.warn(body, reason="ReconcileFailed", message=str(error))
-        raise kopf.TemporaryError(str(error), delay=retry_delay(retry, state.config.retry_base_seconds)) from error
+        raise kopf.TemporaryError(
+            str(error), delay=retry_delay(retry, state.config.retry_base_seconds)
+        ) from error
+    if isinstance(generation, int):
+        state.reconciled[(namespace, name)] = generation
     # The pause condition, if any, is over.
     if conditions.find(status.get("conditions"), RECONCILIATION_PAUSED) is not None:
         resumed = conditions.Condition(
@@ -282,12 +289,18 @@ async def observe(stopped: Any, body: kopf.Body, memo: Any, logger: Any, **_: An
     while not stopped:
         try:
             state = lifecycle.state_of(memo)
+            meta = body.get("metadata") or {}
+            if state.reconciled.get((meta["namespace"], meta["name"])) != meta.get("generation"):
+                # A change is pending or failed: ``reconcile`` owns the status until it is done.
+                await stopped.wait(lifecycle.config_of(memo).status_interval_seconds)
+                continue
             group = parse(body)
             description = await refresh_status(state, group, body)
             if description is not None:
                 if last_epoch is not None and description.group_epoch != last_epoch:
-                    kopf.info(
+                    kopf.event(
                         body,
+                        type="Normal",
                         reason="Rebalance",
                         message=f"group epoch {last_epoch} -> {description.group_epoch} "
                         f"({len(description.members)} members, state {description.state})",
@@ -335,8 +348,9 @@ async def pod_event(
     )
     if results.get(name) is None:
         logger.info("pod %s is beyond %d replicas: its member left for good", name, group.replicas)
-        kopf.info(
+        kopf.event(
             kopf.Body(cast("kopf.RawBody", owner)),
+            type="Normal",
             reason="MemberRemoved",
             message=f"{name} is beyond spec.replicas={group.replicas}: its partitions move now",
         )
@@ -358,7 +372,18 @@ async def delete(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, memo: Any, *
             raise kopf.TemporaryError(
                 f"cannot delete group {group_id}: {error}", delay=10
             ) from error
-        kopf.info(body, reason="GroupDeleted", message=f"every record of {group_id} was removed")
+        kopf.event(
+            body,
+            type="Normal",
+            reason="GroupDeleted",
+            message=f"every record of {group_id} was removed",
+        )
     else:
-        kopf.info(body, reason="GroupRetained", message=f"the offsets of {group_id} are kept")
+        kopf.event(
+            body,
+            type="Normal",
+            reason="GroupRetained",
+            message=f"the offsets of {group_id} are kept",
+        )
     state.tokens.discard(group_id)
+    state.reconciled.pop((meta["namespace"], meta["name"]), None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -27,6 +27,9 @@ from kafka_group_operator.runtime import coordinator_runtime
 # Our own prefix, so that kopf's bookkeeping reads as ours in `kubectl get -o yaml` and diffs.
 DOMAIN = "kafkagroups.io"
 FINALIZER = f"{DOMAIN}/finalizer"
+# kopf ignores changes of annotations under its storage prefix; a sub-domain keeps user-facing
+# annotations such as kafkagroups.io/pause-reconciliation visible to the update handlers.
+KOPF_PREFIX = f"kopf.{DOMAIN}"
 STATE_KEY = "kafka_group_operator"
 CONFIG_KEY = "kafka_group_operator_config"
 KUBE_KEY = "kafka_group_operator_kube"
@@ -39,6 +42,9 @@ class OperatorState:
     tokens: tokens.GroupTokens
     kube: kube_client.KubeClient
     api_runner: web.AppRunner
+    # (namespace, name) -> the generation last reconciled successfully. The status daemon
+    # reports only on those, so it never hides a pending change or a failure's conditions.
+    reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def config_of(memo: Any) -> operator_config.OperatorConfig:
@@ -70,11 +76,12 @@ def state_of(memo: Any) -> OperatorState:
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=DOMAIN)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=DOMAIN, key="last-handled-configuration"
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
-    # Our own Events say what happened; kopf's per-handler ones would only add noise.
+    # Our own Events say what happened (posted with kopf.event, which this level does not
+    # filter); kopf's per-handler log lines as Events would only add noise.
     settings.posting.level = logging.WARNING
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
 
