@@ -1,0 +1,203 @@
+"""``kgo assign``: JSON in, assignment out; bad input gives ``{"error"}`` and exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from kafka_group_operator import cli
+
+EXAMPLE: dict[str, Any] = {
+    "assignor": "cooperative-sticky",
+    "partitions_per_topic": {"t1": 3, "t2": 2},
+    "partition_racks": {"t1": [["a"], ["b"], ["c"]]},
+    "members": {
+        "m1": {
+            "topics": ["t1", "t2"],
+            "owned": [["t1", 0]],
+            "generation": 1,
+            "rack": "a",
+            "instance_id": "grp-0",
+        }
+    },
+}
+
+
+def run(
+    args: list[str],
+    document: object,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[int, Any]:
+    text = document if isinstance(document, str) else json.dumps(document)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    code = cli.main(["assign", *args])
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return code, json.loads(captured.out)
+
+
+def test_module_entry_point_reads_stdin() -> None:
+    """The issue's example through ``python -m kafka_group_operator``, in a real process."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "kafka_group_operator", "assign"],
+        input=json.dumps(EXAMPLE),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout) == {
+        "assignment": {"m1": [["t1", 0], ["t1", 1], ["t1", 2], ["t2", 0], ["t2", 1]]}
+    }
+
+
+def test_input_file_and_assignor_override(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = {
+        "partitions_per_topic": {"t0": 3, "t1": 3},
+        "members": {"C0": {"topics": ["t0", "t1"]}, "C1": {"topics": ["t0", "t1"]}},
+        "assignor": "roundrobin",
+    }
+    path = tmp_path / "group.json"
+    path.write_text(json.dumps(document))
+    code, output = run(["--input", str(path), "--assignor", "range"], "", capsys, monkeypatch)
+    assert code == 0
+    assert output == {
+        "assignment": {
+            "C0": [["t0", 0], ["t0", 1], ["t1", 0], ["t1", 1]],
+            "C1": [["t0", 2], ["t1", 2]],
+        }
+    }
+
+
+def test_members_keep_input_order(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = {
+        "assignor": "uniform",
+        "partitions_per_topic": {"t": 2},
+        "members": {"zz": {"topics": ["t"]}, "aa": {"topics": ["t"]}},
+    }
+    code, output = run([], document, capsys, monkeypatch)
+    assert code == 0
+    assert list(output["assignment"]) == ["zz", "aa"]
+    assert output["assignment"] == {"zz": [["t", 1]], "aa": [["t", 0]]}
+
+
+def test_rounds_until_nothing_is_revoked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = {
+        "partitions_per_topic": {"t": 4},
+        "members": {
+            "old": {
+                "topics": ["t"],
+                "owned": [["t", 0], ["t", 1], ["t", 2], ["t", 3]],
+                "generation": 4,
+            },
+            "new": {"topics": ["t"]},
+        },
+    }
+    code, output = run(["--rounds"], document, capsys, monkeypatch)
+    assert code == 0
+    assert output == {
+        "rounds": [
+            {"old": [["t", 0], ["t", 1]], "new": []},
+            {"old": [["t", 0], ["t", 1]], "new": [["t", 2], ["t", 3]]},
+        ]
+    }
+
+
+BAD_INPUTS = [
+    pytest.param("{not json", "invalid input", id="not-json"),
+    pytest.param([1, 2], "the input must be an object", id="not-an-object"),
+    pytest.param({"members": {}}, "partitions_per_topic must be an object", id="no-topics"),
+    pytest.param({"partitions_per_topic": {"t": 1}}, "members must be an object", id="no-members"),
+    pytest.param(
+        {"partitions_per_topic": {"t": -1}, "members": {}}, "must not be negative", id="negative"
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 1}, "members": {"m": {"owned": []}}},
+        "members.m.topics is required",
+        id="member-without-topics",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 1}, "members": {"m": {"topics": "t"}}},
+        "list of strings",
+        id="topics-not-a-list",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 1}, "members": {"m": {"topics": ["t"], "owned": [["t"]]}}},
+        "owned[0] must be a [topic, partition] pair",
+        id="owned-not-a-pair",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 1}, "members": {"m": {"topics": ["t"], "generation": True}}},
+        "generation must be an integer",
+        id="generation-boolean",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 1}, "members": {"m": {"topics": ["t"], "rakc": "a"}}},
+        "unknown field(s): rakc",
+        id="unknown-member-field",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 2}, "partition_racks": {"t": [["a"]]}, "members": {}},
+        "racks of each of its 2 partitions",
+        id="racks-length",
+    ),
+    pytest.param(
+        {"assignor": "fair", "partitions_per_topic": {}, "members": {}},
+        "unknown assignor 'fair'; valid: cooperative-sticky, range, roundrobin, sticky, uniform",
+        id="unknown-assignor",
+    ),
+    pytest.param(
+        {"assignor": "uniform", "partitions_per_topic": {}, "members": {"m": {"topics": ["x"]}}},
+        "subscribed topics have no metadata: x",
+        id="uniform-without-metadata",
+    ),
+]
+
+
+@pytest.mark.parametrize(("document", "message"), BAD_INPUTS)
+def test_bad_input_is_an_error_object_and_exit_2(
+    document: object,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, output = run([], document, capsys, monkeypatch)
+    assert code == 2
+    assert list(output) == ["error"]
+    assert message in output["error"]
+
+
+def test_missing_input_file_is_an_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, output = run(["--input", str(tmp_path / "absent.json")], "", capsys, monkeypatch)
+    assert code == 2
+    assert "absent.json" in output["error"]
+
+
+def test_bad_input_in_a_real_process_has_no_traceback() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "kafka_group_operator", "assign", "--assignor", "nope"],
+        input="{}",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr == ""
+    assert "error" in json.loads(completed.stdout)
