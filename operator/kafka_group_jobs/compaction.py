@@ -40,7 +40,7 @@ def compact(
     config = config or {}
     now = topics.now_ms() if now_ms is None else now_ms
     state, ends = arguments.read_state(spark, bootstrap, state_topic, config)
-    latest = transforms.latest_per_key(state).cache()
+    latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS)).cache()
     tombstones = transforms.compaction_tombstones(latest, now, default_retention_ms).cache()
     doomed = [(row.partition, bytes(row.key)) for row in tombstones.collect()]
     kept = transforms.checkpoint_records(latest, tombstones if write_tombstones else _none(spark))

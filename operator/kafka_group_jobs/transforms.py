@@ -21,6 +21,25 @@ from pyspark.sql import functions as F
 from kafka_group_jobs import columns
 
 TOPIC_PARTITION = ["topic", "partition"]
+COMMIT_COLUMNS = (
+    "topic",
+    "topic_partition",
+    "committed_offset",
+    "leader_epoch",
+    "metadata",
+    "commit_timestamp",
+)
+# What compaction needs of each record: its place, its bytes, and its group's lifecycle.
+COMPACTION_COLUMNS = (
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "record_type",
+    "group_id",
+    "offsets_retention_ms",
+    "empty_since_ms",
+)
 
 # ---------------------------------------------------------------------------------------
 # The log, compacted
@@ -64,6 +83,8 @@ def group_offsets(
     )
     if as_of_ms is not None:
         commits = as_of(commits, as_of_ms)
+    # Only what the result needs travels through the shuffle.
+    commits = commits.select("key", "offset", "value", *COMMIT_COLUMNS)
     return live(latest_per_key(commits)).select(
         "topic",
         F.col("topic_partition").alias("partition"),

@@ -1,0 +1,283 @@
+"""The OffsetSnapshot and offsetReset handlers end to end: kopf against the API server, the
+embedded coordinator on the real broker, and the jobs on local Spark in subprocesses.
+
+No spark-operator can run here, so in the SparkApplication test this test plays it: it sets
+``status.applicationState`` the way the spark-operator does, and the operator must mirror it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import jsonschema
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kmock._internal import k8s
+
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import config as operator_config
+from tests.support import kube
+
+NS = "shop"
+CG = "kafkagroups.io/v1alpha1/consumergroups"
+SNAPSHOTS = "kafkagroups.io/v1alpha1/offsetsnapshots"
+SPARK_APPS = "sparkoperator.k8s.io/v1beta2/sparkapplications"
+CRD_PATH = Path(__file__).parent.parent / "schemas" / "sparkoperator.k8s.io_sparkapplications.yaml"
+
+pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.slow]
+
+
+@attrs.define(kw_only=True)
+class ApiServerWithSparkOperator(kube.ApiServer):
+    """The API server of a cluster where the spark-operator's CRD is installed."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.resources[SPARK_APPS] = k8s.KubernetesEmulator.ResourceInfo(
+            kind="SparkApplication",
+            singular="sparkapplication",
+            namespaced=True,
+            verbs=kube.VERBS,
+            subresources={"status"},
+        )
+
+
+@pytest.fixture
+def data_topic(broker: embedded.EmbeddedBroker) -> str:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})
+    for partition in (0, 1):
+        for index in range(10):
+            producer.produce(name, f"m{index}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return name
+
+
+@pytest.fixture
+async def operator(
+    kmock: kube.ApiServer, broker: embedded.EmbeddedBroker
+) -> AsyncIterator[kube.RunningOperator]:
+    port = embedded.free_port()
+    config = operator_config.OperatorConfig(
+        bootstrap_servers=broker.bootstrap,
+        state_topic=f"kgo-state-{uuid.uuid4().hex[:8]}",
+        state_partitions=2,
+        api_host="127.0.0.1",
+        api_port=port,
+        coordinator_url=f"http://127.0.0.1:{port}",
+        status_interval_seconds=0.5,
+        kube_server=str(kmock.url).rstrip("/"),
+    )
+    async with kube.RunningOperator(config) as running:
+        yield running
+
+
+async def request(api: kube.ApiServer, method: str, path: str, body: Any) -> None:
+    headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method, f"{str(api.url).rstrip('/')}{path}", json=body, headers=headers
+        ) as response,
+    ):
+        assert response.status in (200, 201), await response.text()
+
+
+async def create_group(api: kube.ApiServer, topic: str, bootstrap: str, **spec: Any) -> None:
+    body = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": "payments", "namespace": NS},
+        "spec": {
+            "topics": [topic],
+            "replicas": 1,
+            "kafka": {"bootstrapServers": bootstrap},
+            "template": {"spec": {"containers": [{"name": "consumer", "image": "consumer:1"}]}},
+            **spec,
+        },
+    }
+    await request(
+        api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups", body
+    )
+
+
+async def create_snapshot(api: kube.ApiServer, name: str, uri: str, mode: str) -> None:
+    body = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "OffsetSnapshot",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "consumerGroupRef": {"name": "payments"},
+            "storage": {"uri": uri},
+            "spark": {"mode": mode},
+        },
+    }
+    await request(
+        api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/offsetsnapshots", body
+    )
+
+
+async def commit(operator: kube.RunningOperator, offsets: dict[tuple[str, int], int]) -> None:
+    """An administrative commit into the (memberless) group, through the embedded coordinator."""
+    response = await operator.call(
+        operator.state.runtime.commit_offsets(
+            messages.OffsetCommitRequest(
+                group_id=f"{NS}.payments",
+                member_id="",
+                member_epoch=messages.LEAVE_EPOCH,
+                offsets={tp: messages.CommitOffset(offset) for tp, offset in offsets.items()},
+            )
+        )
+    )
+    assert not response.errors
+
+
+async def committed(operator: kube.RunningOperator) -> dict[tuple[str, int], int]:
+    fetched = await operator.call(
+        operator.state.runtime.fetch_offsets(messages.OffsetFetchRequest(group_id=f"{NS}.payments"))
+    )
+    return {tp: value.offset for tp, value in fetched.offsets.items()}
+
+
+async def set_application_state(api: kube.ApiServer, name: str, state: dict[str, str]) -> None:
+    """What the spark-operator does as the application runs."""
+    path = f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NS}/sparkapplications/{name}/status"
+    await request(api, "PATCH", path, {"status": {"applicationState": state}})
+
+
+def status_of(api: kube.ApiServer, resource: str, name: str) -> dict[str, Any]:
+    return dict(((api.get(resource, NS, name) or {}).get("status")) or {})
+
+
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_snapshot_as_a_spark_application_mirrored_and_retried(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+) -> None:
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await create_snapshot(kmock, "nightly", f"file://{tmp_path}", "auto")
+
+    first = await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "nightly").get("sparkApplication"), 120
+    )
+    application = kmock.get(SPARK_APPS, NS, first)
+    assert application is not None
+    crd = yaml.load(CRD_PATH.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    jsonschema.Draft7Validator(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]).validate(
+        application
+    )
+    owner = kmock.get(SNAPSHOTS, NS, "nightly")
+    assert owner is not None
+    assert application["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    arguments = application["spec"]["arguments"]
+    assert arguments[arguments.index("--group") + 1] == f"{NS}.payments"
+    assert arguments[arguments.index("--output") + 1] == f"file://{tmp_path}/{NS}/nightly"
+
+    # The spark-operator runs it, and the driver dies.
+    await set_application_state(kmock, first, {"state": "RUNNING"})
+    await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "nightly").get("phase") == "Running", 30
+    )
+    await set_application_state(
+        kmock, first, {"state": "FAILED", "errorMessage": "driver OOMKilled"}
+    )
+    second = await operator.wait_for(
+        lambda: (
+            (name := status_of(kmock, SNAPSHOTS, "nightly").get("sparkApplication")) != first
+            and name
+        ),
+        30,
+    )
+    status = status_of(kmock, SNAPSHOTS, "nightly")
+    assert status["attempts"] == 2
+    assert status["message"] == "attempt 1 of 3 failed, retrying: driver OOMKilled"
+
+    # The second run completes; its manifest is on storage the operator can read.
+    location = tmp_path / NS / "nightly"
+    location.mkdir(parents=True)
+    manifest = {
+        "location": f"file://{location}",
+        "records": 2,
+        "partitions": {data_topic: [0, 1]},
+        "takenAt": "2026-11-22T00:00:00.000Z",
+        "checksum": "sha256:00",
+    }
+    (location / "manifest.json").write_text(json.dumps(manifest))
+    await set_application_state(kmock, second, {"state": "COMPLETED"})
+    await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "nightly").get("phase") == "Succeeded", 30
+    )
+    status = status_of(kmock, SNAPSHOTS, "nightly")
+    assert (status["records"], status["partitions"], status["checksum"]) == (2, 2, "sha256:00")
+    ready = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"
+
+
+@pytest.mark.kmock(cls=kube.ApiServer)
+async def test_local_snapshot_then_online_reset_to_it(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+) -> None:
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await operator.wait_for(lambda: status_of(kmock, CG, "payments").get("groupId"), 60)
+    await commit(operator, {(data_topic, 0): 4, (data_topic, 1): 6})
+
+    # No spark-operator here: the snapshot runs as local Spark in a subprocess.
+    await create_snapshot(kmock, "before", f"file://{tmp_path}", "auto")
+    await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "before").get("phase") in ("Succeeded", "Failed"),
+        240,
+        0.5,
+    )
+    status = status_of(kmock, SNAPSHOTS, "before")
+    assert status["phase"] == "Succeeded", status
+    assert (status["records"], status["partitions"]) == (2, 2)
+    assert status["location"] == f"file://{tmp_path}/{NS}/before"
+    assert status["run"]["mode"] == "local"
+
+    # The group moves on; then an online reset restores the snapshot.
+    await commit(operator, {(data_topic, 0): 9, (data_topic, 1): 1})
+    reset = {"to": "snapshot", "snapshot": "before", "dryRun": False}
+    group_path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
+    await request(kmock, "PATCH", group_path, {"spec": {"offsetReset": reset}})
+    await operator.wait_for(
+        lambda: (
+            (status_of(kmock, CG, "payments").get("lastReset") or {}).get("phase")
+            in ("Done", "Failed")
+        ),
+        240,
+        0.5,
+    )
+    last = status_of(kmock, CG, "payments")["lastReset"]
+    assert last["phase"] == "Done", last
+    assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in last["partitions"]] == [
+        (0, 9, 4),
+        (1, 1, 6),
+    ]
+    assert await committed(operator) == {(data_topic, 0): 4, (data_topic, 1): 6}
+    resetting = [
+        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
+    ]
+    assert resetting[0]["status"] == "False"
+    # Applied once per change: later timer ticks leave newer commits alone.
+    await commit(operator, {(data_topic, 0): 5})
+    await asyncio.sleep(7)
+    assert await committed(operator) == {(data_topic, 0): 5, (data_topic, 1): 6}
