@@ -27,6 +27,8 @@ from kafka_group_operator.coordinator import messages
 
 logger = logging.getLogger("kgo.coordinator")
 
+STOP_TIMEOUT_S = 15.0
+
 # JSON field of --groups -> GroupSettings attribute
 GROUP_SETTING_FIELDS = {
     "assignor": "assignor",
@@ -119,8 +121,9 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
         await runner.cleanup()
+        # Bounded: with the brokers gone, pending writes could otherwise hold the exit.
         with contextlib.suppress(Exception):
-            await runtime.stop()
+            await asyncio.wait_for(runtime.stop(), STOP_TIMEOUT_S)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -321,9 +321,18 @@ class LocalGroup:
         process.wait()
 
     def stop(self) -> None:
-        for instance in list(self.members):
-            with contextlib.suppress(Exception):
-                self.stop_member(instance, timeout=10)
+        # All members at once: each commits and leaves on its own.
+        stopping = list(self.members.values())
+        self.members.clear()
+        for process in stopping:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in stopping:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         if self.coordinator is not None:
             self.coordinator.terminate()
             try:
@@ -393,17 +402,38 @@ class LocalGroup:
 # ------------------------------------------------------------------------------ the demo
 
 
-def _print_table(group: LocalGroup, caption: str, out: IO[str]) -> None:
+def _owners(group: LocalGroup) -> dict[TopicPartition, str]:
+    try:
+        return {tp: name for name, owned in group.ownership().items() for tp in owned}
+    except Exception:
+        return {}
+
+
+def _print_table(
+    group: LocalGroup, caption: str, before: Mapping[TopicPartition, str], out: IO[str]
+) -> None:
     try:
         table = describe.render(group.describe())
     except Exception as error:
         table = f"(coordinator not answering: {error})"
+    now = _owners(group)
+    moved = sorted(tp for tp, owner in now.items() if before.get(tp, owner) != owner)
+    moves = ", ".join(f"{t}[{p}] {before[(t, p)]}->{now[(t, p)]}" for t, p in moved) or "none"
     out.write("\x1b[2J\x1b[H" if out.isatty() else "\n")
     out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}\n\n{table}\n")
+    out.write(f"\npartitions moved in this step: {len(moved)}  ({moves})\n")
     out.flush()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_demo(out: IO[str] = sys.stdout) -> int:
+    # SIGTERM stops the demo as cleanly as Ctrl-C does, leaving no process behind.
+    signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _interrupt)
     steps: list[tuple[str, float, str]] = [
         ("start", 14, "3 members join and share 12 partitions"),
         ("scale 5", 14, "scaled to 5: only the partitions the new members need move"),
@@ -420,11 +450,18 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
     try:
         out.write("starting the embedded broker and the coordinator...\n")
         out.flush()
-        group.start()
+        # The broker inherits an ignored SIGINT, so that Ctrl-C (sent by the terminal to the
+        # whole process group) leaves it running while the members commit and leave.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            group.start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert group.broker is not None
         producer = Producer(group.broker.bootstrap, group.topic, group.partitions, rate=150)
         producer.start()
         for action, duration, caption in steps:
+            before = _owners(group)
             if action == "start":
                 for index in range(3):
                     group.start_member(f"orders-{index}")
@@ -435,20 +472,24 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
                 for index in (4, 3):
                     group.stop_member(f"orders-{index}", permanent=True)
             elif action == "restart orders-1":
-                before = group.ownership().get("orders-1", frozenset())
+                owned = group.ownership().get("orders-1", frozenset())
                 group.kill_member("orders-1")
                 group.start_member("orders-1", same_pod=True)
-                caption += f" (owned {len(before)} partitions before)"
+                caption += f" (owned {len(owned)} partitions before)"
             deadline = time.monotonic() + duration
             while time.monotonic() < deadline:
-                _print_table(group, caption, out)
+                _print_table(group, caption, before, out)
                 time.sleep(1)
         out.write("\ndemo finished\n")
         return 0
     except KeyboardInterrupt:
         out.write("\ninterrupted, stopping cleanly...\n")
+        out.flush()
         return 130
     finally:
+        # A second Ctrl-C must not cut the cleanup short and leave processes behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if producer is not None:
             producer.stop()
         group.stop()
