@@ -1,0 +1,69 @@
+"""The operator's settings from its environment, and the Kafka settings directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafka_group_operator import cli
+from kafka_group_operator.handlers import config
+
+
+def test_from_env_defaults_and_values(tmp_path: Path) -> None:
+    (tmp_path / "security.protocol").write_text("SASL_SSL\n")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----")
+    (tmp_path / "..data").mkdir()  # Secret volumes hold such entries next to the keys
+    settings = config.OperatorConfig.from_env(
+        {
+            "KGO_BOOTSTRAP_SERVERS": "kafka:9092",
+            "KGO_STATE_PARTITIONS": "12",
+            "KGO_COORDINATOR_URL": "http://kgo.system.svc:8080",
+            "KGO_WATCH_NAMESPACES": "shop, billing,",
+            "KGO_KAFKA_CONFIG_DIR": str(tmp_path),
+        }
+    )
+    assert settings.bootstrap_servers == "kafka:9092"
+    assert settings.state_partitions == 12
+    assert settings.state_topic == "kafka-group-operator.group-state"
+    assert settings.namespaces == ("shop", "billing")
+    assert settings.kafka_config == {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(tmp_path / "ca.crt"),
+    }
+    assert settings.kube_server is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({}, "KGO_BOOTSTRAP_SERVERS"),
+        ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_API_PORT": "http"}, "KGO_API_PORT"),
+        (
+            {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_CONFIG_DIR": "/nonexistent"},
+            "does not exist",
+        ),
+    ],
+)
+def test_bad_settings(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(config.ConfigError, match=message):
+        config.OperatorConfig.from_env(environ)
+
+
+def test_operator_command_refuses_to_start_without_kafka(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KGO_BOOTSTRAP_SERVERS", raising=False)
+    assert cli.main(["operator"]) == 2
+    assert "KGO_BOOTSTRAP_SERVERS" in capsys.readouterr().err
+
+
+def test_generate_chart_crds_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert cli.main(["generate-chart-crds", "--check", "--root", str(root)]) == 0
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "crds" / "x.yaml").write_text("kind: CustomResourceDefinition\n")
+    assert cli.main(["generate-chart-crds", "--check", "--root", str(tmp_path)]) == 1
+    assert "make generate" in capsys.readouterr().err
+    assert cli.main(["generate-chart-crds", "--root", str(tmp_path)]) == 0
+    assert cli.main(["generate-chart-crds", "--check", "--root", str(tmp_path)]) == 0
