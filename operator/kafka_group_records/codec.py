@@ -634,5 +634,8 @@ def decode_value(key: records.RecordKey, data: bytes | None) -> records.RecordVa
 
 def decode_record(key: bytes, value: bytes | None) -> records.Record:
     """The record stored as ``key``/``value`` bytes (``value`` ``None`` is a tombstone)."""
+    if key[:2] == b"\x00\x01" and value is not None and value[:2] == _OFFSET_V3_HEADER:
+        # The loader's hot path: an offset commit as we write it, decoded without dispatch.
+        return records.Record(_decode_offset_commit_key(key), _decode_offset_commit_value(value, 3))
     decoded_key = decode_key(key)
     return records.Record(decoded_key, decode_value(decoded_key, value))

@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_MIN_TIMER_GAP_MS = 10
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
@@ -104,6 +105,8 @@ class _Partition:
     pending: collections.deque[_Write] = field(default_factory=collections.deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     timer_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # When the timer task wakes next; a write that arms an earlier deadline wakes it sooner.
+    timer_due_ms: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -139,6 +142,8 @@ class CoordinatorRuntime:
         self._topic_ids: dict[str, str | None] = {}
         self._all_loaded: asyncio.Event | None = None
         self._stopped = False
+        # Java's String.hashCode in Python is slow enough to matter on every request.
+        self._partition_of: dict[str, int] = {}
 
     # -----------------------------------------------------------------------------------
     # Lifecycle
@@ -185,7 +190,13 @@ class CoordinatorRuntime:
         return self._partitions[self.partition_of(group_id)].state
 
     def partition_of(self, group_id: str) -> int:
-        return partitioning.partition_for(group_id, self.config.partitions)
+        index = self._partition_of.get(group_id)
+        if index is None:
+            index = partitioning.partition_for(group_id, self.config.partitions)
+            if len(self._partition_of) >= 100_000:
+                self._partition_of.clear()
+            self._partition_of[group_id] = index
+        return index
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -268,18 +279,24 @@ class CoordinatorRuntime:
         }
 
     def _active_shard(self, group_id: str) -> shard.CoordinatorShard:
+        state = self._partitions[self._active_shard_index(group_id)].shard
+        assert state is not None
+        return state
+
+    def _active_shard_index(self, group_id: str) -> int:
+        """The partition of ``group_id``, or the retriable error explaining why not now."""
         partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
+        if partition is not None and partition.state is PartitionState.ACTIVE:
+            return partition.index
         if partition is None or partition.state is PartitionState.STOPPED:
             raise errors.CoordinatorNotAvailable("the coordinator is not running")
         if partition.state is PartitionState.LOADING:
             raise errors.CoordinatorLoadInProgress(
                 f"state partition {partition.index} of group {group_id!r} is loading"
             )
-        if partition.state is PartitionState.FAILED or partition.shard is None:
-            raise errors.CoordinatorNotAvailable(
-                f"state partition {partition.index} of group {group_id!r} failed to load"
-            )
-        return partition.shard
+        raise errors.CoordinatorNotAvailable(
+            f"state partition {partition.index} of group {group_id!r} failed to load"
+        )
 
     async def _write(
         self,
@@ -288,8 +305,7 @@ class CoordinatorRuntime:
         *,
         batchable: bool = False,
     ) -> T:
-        self._active_shard(group_id)
-        partition = self._partitions[self.partition_of(group_id)]
+        partition = self._partitions[self._active_shard_index(group_id)]
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         partition.pending.append(_Write(handler, future, batchable))
         partition.wakeup.set()
@@ -308,7 +324,10 @@ class CoordinatorRuntime:
                     while partition.pending and partition.pending[0].batchable:
                         batch.append(partition.pending.popleft())
                 await self._run(partition, batch)
-            partition.timer_changed.set()
+            if partition.shard is not None:
+                deadline = partition.shard.next_deadline_ms()
+                if deadline is not None and deadline < partition.timer_due_ms:
+                    partition.timer_changed.set()
 
     async def _run(self, partition: _Partition, batch: list[_Write]) -> None:
         state = partition.shard
@@ -401,6 +420,7 @@ class CoordinatorRuntime:
                 partition.pending.appendleft(_Write(_update_topics(topics), future, False))
             partition.state = PartitionState.ACTIVE
             partition.wakeup.set()
+            partition.timer_changed.set()
         if self._all_loaded is not None and all(
             p.state is not PartitionState.LOADING for p in self._partitions
         ):
@@ -418,7 +438,9 @@ class CoordinatorRuntime:
             if partition.state is PartitionState.ACTIVE and partition.shard is not None:
                 deadline = partition.shard.next_deadline_ms()
                 if deadline is not None:
-                    due = min(due, deadline)
+                    # A deadline the last run left in the past must not spin the loop.
+                    due = max(min(due, deadline), last_run + _MIN_TIMER_GAP_MS)
+            partition.timer_due_ms = due
             if due > now:
                 # asyncio.timeout, unlike wait_for, never swallows a cancellation (3.11).
                 with contextlib.suppress(TimeoutError):

@@ -83,12 +83,6 @@ def replay_order(log: Iterable[tuple[bytes, bytes | None]]) -> list[records.Reco
     return decode_survivors(compact(log))
 
 
-def new_marker(now_ms: int) -> tuple[str, writer.EncodedRecord]:
-    nonce = uuid.uuid4().hex
-    marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, now_ms))
-    return nonce, codec.encode_record(marker)
-
-
 class PartitionLoader:
     """Loads a set of partitions: markers first, then one consumer reading them all."""
 
@@ -117,24 +111,25 @@ class PartitionLoader:
             **kafka_config,
         }
 
-    async def write_markers(self, partitions: Collection[int]) -> dict[int, str]:
-        """Append a fresh marker to each partition, retrying while the brokers are away."""
-        nonces: dict[int, str] = {}
+    async def write_markers(self, nonces: Mapping[int, str]) -> None:
+        """Append each partition's marker, retrying while the brokers are away."""
 
-        async def one(partition: int) -> None:
+        async def one(partition: int, nonce: str) -> None:
+            encoded = codec.encode_record(
+                records.Record(
+                    records.LoadMarkerKey(), records.LoadMarkerValue(nonce, self._clock_ms())
+                )
+            )
+            # Writing the same marker twice is harmless: the first one ends the read.
             while True:
-                nonce, encoded = new_marker(self._clock_ms())
                 try:
                     await self._writer.append(partition, [encoded])
+                    return
                 except errors.WriteFailed as error:
                     logger.warning("load marker for partition %d not written: %s", partition, error)
                     await asyncio.sleep(self._retry_backoff_s)
-                    continue
-                nonces[partition] = nonce
-                return
 
-        await asyncio.gather(*(one(partition) for partition in partitions))
-        return nonces
+        await asyncio.gather(*(one(partition, nonce) for partition, nonce in nonces.items()))
 
     async def load(
         self,
@@ -144,17 +139,24 @@ class PartitionLoader:
     ) -> None:
         """Load ``partitions``; for each, ``build`` its records (in the reading thread) and
         hand the result, or the failure, to ``on_loaded`` on the event loop."""
-        nonces = await self.write_markers(partitions)
+        nonces = {partition: uuid.uuid4().hex for partition in partitions}
         loop = asyncio.get_running_loop()
         stop = threading.Event()
 
         def finished(partition: int, outcome: T | BaseException) -> None:
             loop.call_soon_threadsafe(on_loaded, partition, outcome)
 
+        # Reading starts while the markers are written: the reader needs only the nonces.
+        reading = asyncio.ensure_future(
+            asyncio.to_thread(self._read, nonces, build, finished, stop)
+        )
         try:
-            await asyncio.to_thread(self._read, nonces, build, finished, stop)
+            await self.write_markers(nonces)
+            await reading
         finally:
             stop.set()
+            if not reading.done():
+                reading.cancel()
 
     def _read(
         self,
@@ -170,9 +172,11 @@ class PartitionLoader:
                 [TopicPartition(self.topic, partition, OFFSET_BEGINNING) for partition in nonces]
             )
             survivors: dict[int, dict[bytes, bytes | None]] = {p: {} for p in nonces}
-            counts = dict.fromkeys(nonces, 0)
+            read = 0
             while survivors and not stop.is_set():
-                for message in consumer.consume(_CONSUME_BATCH, 0.2):
+                batch = consumer.consume(_CONSUME_BATCH, 0.2)
+                read += len(batch)
+                for message in batch:
                     if message.error() is not None:
                         self._log_error(message.error())
                         continue
@@ -181,23 +185,23 @@ class PartitionLoader:
                     if partition is None or log is None:
                         continue  # already loaded: a late message of the last fetch
                     key = message.key()
-                    counts[partition] += 1
                     if key == MARKER_KEY:
                         if self._is_marker(message.value(), nonces[partition]):
                             del survivors[partition]
                             consumer.incremental_unassign([TopicPartition(self.topic, partition)])
                             finished(partition, self._build(partition, log, build))
                             logger.info(
-                                "state partition %d loaded: %d records read, %d live keys, %.2fs",
+                                "state partition %d loaded: %d live keys, %.2fs",
                                 partition,
-                                counts[partition],
                                 len(log),
                                 time.monotonic() - started,
                             )
                         continue
                     if key is not None:
+                        # Re-inserting moves the key to where its newest record sits.
                         log.pop(key, None)
                         log[key] = message.value()
+            logger.info("read %d state records in %.2fs", read, time.monotonic() - started)
         finally:
             consumer.close()
 

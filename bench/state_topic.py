@@ -1,0 +1,381 @@
+"""State-topic benchmarks: our commit path and start-up load against Kafka-native peers.
+
+* **commit path**: N concurrent committers (1, 10, 100), each committing its own group's
+  offset again and again for a fixed time. Ours goes through ``CoordinatorRuntime``
+  (validate, produce with ``acks=all``, replay, reply). Peers on the same broker in the same
+  run: the broker's own OffsetCommit (a confluent-kafka ``Consumer`` with a ``group.id``
+  per committer, ``commit(asynchronous=False)``, one thread each), and a plain ``acks=all``
+  produce of one record per request with N in flight (the floor any durable commit pays).
+* **start-up load**: a state topic of 50 partitions holding 1,000,000 offset-commit records
+  over 100,000 live keys (each key committed 10 times), loaded by a new runtime (marker,
+  read, compaction, decode, replay into the shards), against a plain confluent-kafka
+  consumer reading the same topic end to end. Memory per live key is the traced allocation
+  growth of a second, traced load (``tracemalloc``), divided by the live keys.
+
+Targets (issue 3): commit throughput at 100 committers >= 1.0x native; commit p99 <= 2x the
+plain produce p99; load time <= 1.3x the raw read; <= 300 bytes per live key.
+
+Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_records import codec, partitioning, records
+
+RESULTS = Path(__file__).parent / "results" / "state_topic.json"
+CONCURRENCY = (1, 10, 100)
+STATE_PARTITIONS = 50
+
+
+def _percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _summary(latencies_s: list[float], elapsed_s: float) -> dict[str, float]:
+    return {
+        "operations": len(latencies_s),
+        "throughput_per_s": round(len(latencies_s) / elapsed_s, 1),
+        "p50_ms": round(_percentile(latencies_s, 0.50) * 1000, 3),
+        "p99_ms": round(_percentile(latencies_s, 0.99) * 1000, 3),
+    }
+
+
+# ----------------------------------------------------------------------------- commit path
+
+
+async def _ours(
+    runtime: coordinator_runtime.CoordinatorRuntime, n: int, duration_s: float
+) -> dict[str, float]:
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    async def committer(index: int) -> None:
+        offset = 0
+        group = f"bench-ours-{n}-{index}"
+        while time.perf_counter() < deadline:
+            offset += 1
+            request = messages.OffsetCommitRequest(
+                group, "", messages.LEAVE_EPOCH, {("bench", 0): messages.CommitOffset(offset)}
+            )
+            started = time.perf_counter()
+            await runtime.commit_offsets(request)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(committer(index) for index in range(n)))
+    return _summary(latencies, time.perf_counter() - started)
+
+
+def _threads(n: int, work: Callable[[int, list[float]], None]) -> tuple[list[float], float]:
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    threads = [threading.Thread(target=work, args=(i, latencies[i])) for i in range(n)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [x for chunk in latencies for x in chunk], time.perf_counter() - started
+
+
+def _native(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, float]:
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-native-{n}-{index}",
+                "enable.auto.commit": False,
+            }
+        )
+        for index in range(n)
+    ]
+    for consumer in consumers:  # find the group coordinators before timing
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    barrier = threading.Barrier(n)
+
+    def work(index: int, latencies: list[float]) -> None:
+        consumer, offset = consumers[index], 0
+        barrier.wait()
+        deadline = time.perf_counter() + duration_s
+        while time.perf_counter() < deadline:
+            offset += 1
+            started = time.perf_counter()
+            consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+            latencies.append(time.perf_counter() - started)
+
+    try:
+        latencies, elapsed = _threads(n, work)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    return _summary(latencies, elapsed)
+
+
+async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, float]:
+    """N tasks, each producing one record and awaiting its acks=all delivery, in a loop."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 1}
+    )
+    loop = asyncio.get_running_loop()
+    stopping = threading.Event()
+
+    def poll() -> None:
+        while not stopping.is_set():
+            producer.poll(0.1)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    latencies: list[float] = []
+
+    async def one(index: int, deadline: float) -> None:
+        key = f"bench-plain-{index}".encode()
+        while time.perf_counter() < deadline:
+            delivered: asyncio.Future[None] = loop.create_future()
+            started = time.perf_counter()
+            producer.produce(
+                topic,
+                b"x" * 40,
+                key,
+                partition=index % STATE_PARTITIONS,
+                on_delivery=lambda _e, _m, f=delivered: loop.call_soon_threadsafe(
+                    f.set_result, None
+                ),
+            )
+            await delivered
+            latencies.append(time.perf_counter() - started)
+
+    try:
+        # Warm up as for ours: topic metadata fetched, connections open.
+        warm_until = time.perf_counter() + 0.5
+        await asyncio.gather(*(one(index, warm_until) for index in range(n)))
+        latencies.clear()
+        started = time.perf_counter()
+        deadline = started + duration_s
+        await asyncio.gather(*(one(index, deadline) for index in range(n)))
+    finally:
+        stopping.set()
+        poller.join()
+        producer.flush(10)
+    return _summary(latencies, time.perf_counter() - started)
+
+
+async def commit_path(bootstrap: str, duration_s: float) -> dict[str, Any]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("bench", 1, 1), NewTopic("bench-plain", STATE_PARTITIONS, 1)])
+    await asyncio.sleep(1)
+    config = coordinator_runtime.RuntimeConfig(bootstrap, topic="bench-commit-state")
+    runtime = coordinator_runtime.CoordinatorRuntime(config)
+    await runtime.start()
+    results: dict[str, Any] = {}
+    try:
+        for n in CONCURRENCY:
+            await _ours(runtime, n, 0.5)  # warm up: groups created, connections open
+            ours = await _ours(runtime, n, duration_s)
+            native = await asyncio.to_thread(_native, bootstrap, "bench", n, duration_s)
+            plain = await _plain_produce(bootstrap, "bench-plain", n, duration_s)
+            results[str(n)] = {
+                "ours": ours,
+                "native_offset_commit": native,
+                "plain_produce_acks_all": plain,
+                "throughput_vs_native": round(
+                    ours["throughput_per_s"] / native["throughput_per_s"], 2
+                ),
+                "p99_vs_plain_produce": round(ours["p99_ms"] / plain["p99_ms"], 2),
+            }
+            print(f"  {n:>3} committers: {json.dumps(results[str(n)])}", flush=True)
+    finally:
+        await runtime.stop()
+    return results
+
+
+# ---------------------------------------------------------------------------- start-up load
+
+
+def _fill(bootstrap: str, topic: str, total: int, live: int) -> None:
+    """``total`` offset records over ``live`` keys, each key rewritten total/live times."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics(
+        [NewTopic(topic, STATE_PARTITIONS, 1, config={"cleanup.policy": "compact"})]
+    )[topic].result(30)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+        }
+    )
+    groups = max(1, live // 100)
+    keys = []
+    for group_index in range(groups):
+        group = f"load-group-{group_index}"
+        partition = partitioning.partition_for(group, STATE_PARTITIONS)
+        for tp in range(live // groups):
+            key = records.OffsetCommitKey(group, f"topic-{tp % 10}", tp // 10)
+            keys.append((codec.encode_key(key), partition))
+    # Recent commit times: older ones would rightly expire (retention) as soon as loaded.
+    now_ms = time.time_ns() // 1_000_000
+    for round_index in range(total // live):
+        for offset, (key, partition) in enumerate(keys):
+            value = codec.encode_value(
+                records.OffsetCommitValue(round_index * live + offset, 3, "", now_ms)
+            )
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def _raw_read(bootstrap: str, topic: str, total: int) -> float:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-raw-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(STATE_PARTITIONS)])
+    seen = 0
+    while seen < total:
+        for message in consumer.consume(10_000, 0.2):
+            if message.error() is None:
+                message.key()
+                message.value()
+                seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+async def _load(bootstrap: str, topic: str) -> tuple[float, coordinator_runtime.CoordinatorRuntime]:
+    runtime = coordinator_runtime.CoordinatorRuntime(
+        coordinator_runtime.RuntimeConfig(bootstrap, topic=topic, partitions=STATE_PARTITIONS)
+    )
+    started = time.perf_counter()
+    await runtime.start()
+    return time.perf_counter() - started, runtime
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def startup_load(bootstrap: str, total: int, live: int) -> dict[str, Any]:
+    topic = "bench-load-state"
+    started = time.perf_counter()
+    await asyncio.to_thread(_fill, bootstrap, topic, total, live)
+    print(f"  filled {total:,} records in {time.perf_counter() - started:.1f}s", flush=True)
+    raw_times, our_times = [], []
+    for _ in range(2):
+        raw_times.append(await asyncio.to_thread(_raw_read, bootstrap, topic, total))
+        gc.collect()
+        rss_before = _rss_bytes()
+        elapsed, runtime = await _load(bootstrap, topic)
+        gc.collect()
+        rss_growth = _rss_bytes() - rss_before
+        our_times.append(elapsed)
+        live_found = sum(len(state["offsets"].get(g, [])) for state in
+                         runtime.canonical_state().values() for g in state["offsets"])  # fmt: skip
+        await runtime.stop()
+        del runtime
+        assert live_found == live, f"loaded {live_found} live keys, expected {live}"
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    _, traced_runtime = await _load(bootstrap, topic)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    growth = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    await traced_runtime.stop()
+    raw, ours = min(raw_times), min(our_times)
+    return {
+        "records": total,
+        "live_keys": live,
+        "raw_read_s": round(raw, 3),
+        "ours_load_s": round(ours, 3),
+        "load_vs_raw_read": round(ours / raw, 2),
+        "raw_read_runs_s": [round(t, 3) for t in raw_times],
+        "ours_load_runs_s": [round(t, 3) for t in our_times],
+        "bytes_per_live_key": round(growth / live, 1),
+        "traced_peak_bytes_per_live_key": round(peak / live, 1),
+        "rss_growth_bytes_per_live_key": round(rss_growth / live, 1),
+    }
+
+
+# -------------------------------------------------------------------------------------- main
+
+
+async def run(quick: bool) -> dict[str, Any]:
+    with embedded.running_broker() as broker:
+        print("commit path", flush=True)
+        commit = await commit_path(broker.bootstrap, 1.0 if quick else 4.0)
+        print("start-up load", flush=True)
+        total, live = (100_000, 10_000) if quick else (1_000_000, 100_000)
+        load = await startup_load(broker.bootstrap, total, live)
+        print(f"  {json.dumps(load)}", flush=True)
+    at_100 = commit[str(CONCURRENCY[-1])]
+    return {
+        "benchmark": "state_topic",
+        "quick": quick,
+        "machine": {
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "broker": "tansu (embedded, in-memory storage)",
+        "commit_path": commit,
+        "startup_load": load,
+        "targets": {
+            "throughput_vs_native_at_100": {
+                "target": ">= 1.0",
+                "measured": at_100["throughput_vs_native"],
+            },
+            "p99_vs_plain_produce": {
+                "target": "<= 2.0",
+                "measured": {n: commit[n]["p99_vs_plain_produce"] for n in commit},
+            },
+            "load_vs_raw_read": {"target": "<= 1.3", "measured": load["load_vs_raw_read"]},
+            "bytes_per_live_key": {"target": "<= 300", "measured": load["bytes_per_live_key"]},
+        },
+    }
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    result = asyncio.run(run(quick))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
