@@ -98,3 +98,17 @@ def test_paths() -> None:
         "/apis/kafkagroups.io/v1alpha1/namespaces/ns/consumergroups/g/status"
     )
     assert client.STATEFUL_SETS.path(None) == "/apis/apps/v1/statefulsets"
+
+
+async def test_a_stale_status_patch_conflicts(api: client.KubeClient) -> None:
+    group = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": "g", "namespace": "ns"},
+        "spec": {},
+    }
+    created = await api.create(client.CONSUMER_GROUPS, "ns", group)
+    version = created["metadata"]["resourceVersion"]
+    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"state": "Empty"}, version)
+    with pytest.raises(errors.Conflict):
+        await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"state": "Stable"}, version)

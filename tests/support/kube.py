@@ -153,6 +153,12 @@ class ApiServer(k8s.KubernetesEmulator):
             elif isinstance(request.data, dict):
                 metadata = request.data.setdefault("metadata", None) or {}
                 request.data["metadata"] = metadata
+                expected = metadata.get("resourceVersion")
+                if expected is not None and expected != current["metadata"].get("resourceVersion"):
+                    # A precondition on the version, as the API server checks it.
+                    return k8s.KubernetesError(
+                        status=409, reason="Conflict", message="the object has been modified"
+                    )
                 metadata["resourceVersion"] = self._next_version()
                 if request.subresource != "status" and "spec" in request.data:
                     new_spec = jsonpatch.JsonPatch.from_diff(

@@ -273,13 +273,36 @@ async def remove_surplus_members(
 async def _patch_status(
     state: lifecycle.OperatorState, body: Mapping[str, Any], fresh: Mapping[str, Any]
 ) -> None:
-    current = body.get("status") or {}
-    if all(current.get(key) == value for key, value in fresh.items()):
-        return
+    """Write our part of the status without losing what others wrote meanwhile.
+
+    Other handlers own other conditions (ResetInProgress) and fields (lastReset), and the
+    status daemon and the handlers write concurrently. So the conditions computed here
+    replace only their own types in the object as it is now, and the patch carries that
+    object's resourceVersion: on a conflict the merge is redone on the newer object.
+    """
     meta = body.get("metadata") or {}
-    await state.kube.patch_status(
-        kube_client.CONSUMER_GROUPS, meta.get("namespace"), meta["name"], fresh
-    )
+    namespace, name = meta.get("namespace"), meta["name"]
+    ours = {item["type"]: item for item in fresh.get("conditions") or ()}
+    for _ in range(5):
+        current = await state.kube.get(kube_client.CONSUMER_GROUPS, namespace, name)
+        status = current.get("status") or {}
+        patch = dict(fresh)
+        if "conditions" in fresh:
+            merged = [ours.get(item.get("type"), item) for item in status.get("conditions") or ()]
+            present = {item.get("type") for item in merged}
+            merged.extend(item for key, item in ours.items() if key not in present)
+            patch["conditions"] = merged
+        if all(status.get(key) == value for key, value in patch.items()):
+            return
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        try:
+            await state.kube.patch_status(
+                kube_client.CONSUMER_GROUPS, namespace, name, patch, resource_version=version
+            )
+            return
+        except kube_errors.Conflict:
+            continue
+    raise kube_errors.Conflict(f"the status of {namespace}/{name} keeps changing")
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)

@@ -161,14 +161,23 @@ class KubeClient:
         )
 
     async def patch_status(
-        self, kind: Kind, namespace: str | None, name: str, status: Mapping[str, Any]
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
     ) -> JSON:
-        """Merge ``status`` into the status subresource."""
+        """Merge ``status`` into the status subresource.
+
+        With ``resource_version``, the API server applies it only to that version of the
+        object (optimistic concurrency) and answers 409 (``errors.Conflict``) otherwise.
+        """
+        body: JSON = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         return await self._call(
-            "PATCH",
-            kind.path(namespace, name, "status"),
-            body={"status": dict(status)},
-            content_type=MERGE_PATCH,
+            "PATCH", kind.path(namespace, name, "status"), body=body, content_type=MERGE_PATCH
         )
 
     async def delete(self, kind: Kind, namespace: str | None, name: str) -> None:
