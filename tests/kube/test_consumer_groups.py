@@ -396,3 +396,26 @@ async def test_pause_reconciliation_annotation(
     await operator.wait_for(
         lambda: (condition(kmock, "ReconciliationPaused") or {}).get("status") == "False"
     )
+
+
+async def test_paused_group_assigns_nothing_until_resumed(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    await create(kmock, group_body(topic, broker.bootstrap, replicas=1, paused=True))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    async with aiohttp.ClientSession() as session:
+        member = Member(
+            session, operator.config.coordinator_url, token_of(kmock), "orders-0", topic
+        )
+        for _ in range(10):
+            status, reply = await member.heartbeat()
+            assert status == 200, reply
+            await asyncio.sleep(0.1)
+        assert member.partitions == set()
+        await operator.wait_for(
+            lambda: (kmock.get(CG, NS, "orders") or {}).get("status", {}).get("state") == "Paused"
+        )
+        assert condition(kmock, "Ready")["reason"] == "Paused"  # type: ignore[index]
+
+        await api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"paused": False}})
+        await heartbeat_until([member], lambda: member.partitions == {0, 1, 2, 3})
