@@ -444,3 +444,42 @@ def test_static_member_returning_after_its_target_changed() -> None:
     assert harness.heartbeat("m1-new", 2, owned={}).response == response(
         "m1-new", 2, parts(3, 4, 5)
     )
+
+
+def test_unsubscribed_topic_stays_owned_until_released() -> None:
+    # Owned partitions are reported by topic name: a topic the member just unsubscribed
+    # from must keep resolving until it has really let its partitions go, even if the
+    # response telling it to revoke was lost.
+    harness = Harness()
+    harness.topics({TOPIC: 2, "audit": 2})
+    harness.configure(assignor="range")
+    both = (TOPIC, "audit")
+    everything = {TOPIC: frozenset({0, 1}), "audit": frozenset({0, 1})}
+    harness.heartbeat("m0", 0, topics=both)
+    narrowed = harness.heartbeat("m0", 1, topics=(TOPIC,), owned=everything)
+    assert narrowed.response == response("m0", 1, parts(0, 1))
+    # Still recorded: m0 holds audit partitions until it reports them released.
+    assert [type(record.key).__name__ for record in narrowed.records] == [
+        "ConsumerGroupMetadataKey",
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupTargetAssignmentMetadataKey",
+        "ConsumerGroupCurrentMemberAssignmentKey",
+    ]
+    topics = harness.shard.canonical_state()["groups"][GROUP]["topics"]
+    assert [topic.topic_name for topic in topics] == ["audit", TOPIC]
+
+    # The response was lost: the member still reports the audit partitions.
+    again = harness.heartbeat("m0", 1, owned=everything)
+    assert again.records == []
+    assert again.response == response("m0", 1, parts(0, 1))
+    harness.heartbeat("m1", 0, topics=both)
+    assert harness.shard.describe_group(GROUP).members[1].assignment == {}
+
+    # m1's join gave it events-1 as well (range over two subscribers): m0 revokes it too.
+    revoking = harness.heartbeat("m0", 1, owned=parts(0, 1))
+    assert revoking.response == response("m0", 1, parts(0))
+    released = harness.heartbeat("m0", 1, owned=parts(0))
+    assert released.response == response("m0", 3)
+    joined = harness.heartbeat("m1", 3, owned={})
+    assert joined.response == response("m1", 3, {TOPIC: frozenset({1}), "audit": frozenset({0, 1})})

@@ -170,15 +170,14 @@ class Membership:
             records.extend(member_tombstones(existing, replaced, skip_current=True))
 
         self._arm_member_timers(group_id, member_id, next_current, subscription, settings, now_ms)
+        # The assignment goes out when it changed, and whenever the member reports owning
+        # something else: a member whose last response was lost learns it again (and one
+        # still revoking is reminded what to keep).
         send_assignment = (
             request.member_epoch == messages.JOIN_EPOCH
             or stored is None
             or next_current.assigned != stored.assigned
-            or (
-                owned is not None
-                and next_current.state is MemberState.STABLE
-                and owned != next_current.assigned
-            )
+            or (owned is not None and owned != next_current.assigned)
         )
         response = messages.HeartbeatResponse(
             member_id=member_id,
@@ -414,7 +413,7 @@ class Membership:
         if not remaining:
             records.append(coordinator_records.new_group_lifecycle_record(group_id, now_ms))
         names = {name for member in remaining.values() for name in member.subscribed_topic_names}
-        topics = self._topics_for(existing, names)
+        topics = self._topics_for(existing, names, leaving=frozenset(gone))
         if topics != self._group_topics(existing):
             records.append(
                 coordinator_records.new_partition_metadata_record(group_id, topics.values())
@@ -644,13 +643,38 @@ class Membership:
     # Topic metadata
 
     def _topics_for(
-        self, existing: group.ConsumerGroup | None, names: Iterable[str]
+        self,
+        existing: group.ConsumerGroup | None,
+        names: Iterable[str],
+        leaving: frozenset[str] = frozenset(),
     ) -> dict[str, schema.TopicMetadata]:
-        """Metadata of ``names`` as the group should record it (unknown topics are left out)."""
+        """The metadata the group should record: its subscribed ``names`` (unknown topics
+        left out), plus every topic a member other than ``leaving`` still holds.
+
+        Members report owned partitions by topic name. A topic nobody subscribes to any
+        more stays in the record while someone still holds its partitions, so that the
+        name keeps resolving and those partitions count as owned until really released.
+        """
         feed = self.topic_feed
         stored = self._group_topics(existing)
         source = feed if feed is not None else stored
-        return {name: source[name] for name in sorted(names) if name in source}
+        topics = {name: source[name] for name in sorted(names) if name in source}
+        if existing is not None:
+            held = {
+                topic_id for (topic_id, _), owner in existing.owners.items() if owner not in leaving
+            }
+            for topic_id in held:
+                metadata = existing.topics.get(topic_id)
+                if metadata is None or metadata.topic_name in topics:
+                    continue
+                if feed is not None:
+                    # A deleted (or re-created) topic's partitions are gone: nothing to keep.
+                    current = feed.get(metadata.topic_name)
+                    if current is None or current.topic_id != topic_id:
+                        continue
+                    metadata = current
+                topics[metadata.topic_name] = metadata
+        return dict(sorted(topics.items()))
 
     @staticmethod
     def _group_topics(existing: group.ConsumerGroup | None) -> dict[str, schema.TopicMetadata]:
