@@ -361,3 +361,25 @@ async def test_no_acknowledged_commit_is_lost_across_a_broker_restart(
             assert stored >= offset
             assert stored in attempted[group]
             assert live[group][("t", 0)] == stored
+
+
+async def test_a_silent_member_is_fenced_at_its_session_deadline(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = logs.unique_topic("orders")
+    _create_topic(broker.bootstrap, topic, 2)
+    # The periodic tick is an hour away: only the shard's own deadline can fence the member.
+    config = _config(broker.bootstrap, logs.unique_topic(), timer_interval_ms=3_600_000)
+    async with running(config) as runtime:
+        await runtime.configure_group(
+            messages.GroupSettings("sessions", topics=(topic,), session_timeout_ms=400)
+        )
+        await _settle(runtime, "sessions", ["m-1"], topic)
+        assert len((await runtime.describe_group("sessions")).members) == 1
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if not (await runtime.describe_group("sessions")).members:
+                break
+        described = await runtime.describe_group("sessions")
+        assert described.members == ()
+        assert described.state == "Empty"
