@@ -67,7 +67,9 @@ def assign(spec: api.GroupSpec, options: Options) -> api.GroupAssignment:
         subscribed.update(topics)
     claims = common.resolve_claims(subscriptions, topics_of, counts, subscribed)
     racks = _racks(spec, subscriptions, topics_of, subscribed, options)
-    homogeneous = all(topics == topics_of[0] for topics in topics_of)
+    # usable_topics hands equal subscriptions out as one object: identity is the fast check.
+    first = topics_of[0]
+    homogeneous = all(topics is first or topics == first for topics in topics_of)
     if homogeneous:
         if racks is not None:
             _drop_misaligned_claims(claims, racks, topics_of)

@@ -88,8 +88,8 @@ def missing_topics(
 ) -> list[str]:
     """Subscribed topics that have no metadata, sorted."""
     subscribed: set[str] = set()
-    for subscription in members.values():
-        subscribed.update(subscription.topics)
+    for topics in {subscription.topics for subscription in members.values()}:
+        subscribed.update(topics)
     return sorted(topic for topic in subscribed if topic not in partitions_per_topic)
 
 
@@ -182,56 +182,78 @@ def resolve_claims(
         for subscription in subscriptions
     ]
     tie_generation: dict[api.TopicPartition, int] = {}
-    repeated: set[int] = set()
+    # Claims are optimistically kept as they come; any conflict or repeat means a second pass.
+    kept: list[list[api.TopicPartition]] = []
+    unsubscribed: list[api.TopicPartition] = []
+    contested = False
     any_claim = False
     for index, subscription in enumerate(subscriptions):
+        mine: list[api.TopicPartition] = []
+        kept.append(mine)
+        if not subscription.owned:
+            continue
         generation = generations[index]
+        topics = topics_of[index]
+        last_topic = None
+        slots: list[int] | None = None
+        size = 0
+        wanted = False
         for claim in subscription.owned:
             topic, partition = claim
-            slots = owner.get(topic)
-            if slots is None:
-                # A claim on a topic nobody subscribes to still decides who holds it now.
-                count = partitions_per_topic.get(topic, 0)
-                if count <= 0:
-                    continue
-                slots = owner[topic] = [FREE] * count
-            if not 0 <= partition < len(slots):
+            # Owned lists come grouped by topic: look the topic up once per run.
+            if topic != last_topic:
+                last_topic = topic
+                slots = owner.get(topic)
+                if slots is None:
+                    # A claim on a topic nobody subscribes to still says who holds it now.
+                    count = partitions_per_topic.get(topic, 0)
+                    if count > 0:
+                        slots = owner[topic] = [FREE] * count
+                size = 0 if slots is None else len(slots)
+                wanted = topic in topics
+            if slots is None or not 0 <= partition < size:
                 continue
             any_claim = True
             current = slots[partition]
             if current == FREE:
                 slots[partition] = index
-            elif current == index:
-                repeated.add(index)
-            else:
-                rival = tie_generation[claim] if current == TIED else generations[current]
-                if generation > rival:
-                    slots[partition] = index
-                    tie_generation.pop(claim, None)
-                elif generation == rival:
-                    slots[partition] = TIED
-                    tie_generation[claim] = generation
+                if wanted:
+                    mine.append(claim)
+                else:
+                    unsubscribed.append(claim)
+                continue
+            contested = True
+            if current == index:
+                continue
+            rival = tie_generation[claim] if current == TIED else generations[current]
+            if generation > rival:
+                slots[partition] = index
+                tie_generation.pop(claim, None)
+            elif generation == rival:
+                slots[partition] = TIED
+                tie_generation[claim] = generation
     claimant = {topic: slots[:] for topic, slots in owner.items()} if any_claim else {}
     for topic, partition in tie_generation:
         owner[topic][partition] = FREE
-    kept: list[list[api.TopicPartition]] = []
+    if not contested:
+        for topic, partition in unsubscribed:
+            owner[topic][partition] = FREE
+        return Claims(owner=owner, kept=kept, claimant=claimant, any_claim=any_claim)
     for index, subscription in enumerate(subscriptions):
-        mine: list[api.TopicPartition] = []
-        if subscription.owned:
-            topics = topics_of[index]
-            owned: Iterable[api.TopicPartition] = subscription.owned
-            if index in repeated:
-                owned = dict.fromkeys(subscription.owned)
-            for claim in owned:
-                topic, partition = claim
-                slots = owner.get(topic)
-                if slots is None or not 0 <= partition < len(slots) or slots[partition] != index:
-                    continue
-                if topic in topics:
-                    mine.append(claim)
-                else:
-                    slots[partition] = FREE
-        kept.append(mine)
+        mine = kept[index]
+        mine.clear()
+        if not subscription.owned:
+            continue
+        topics = topics_of[index]
+        for claim in dict.fromkeys(subscription.owned):
+            topic, partition = claim
+            slots = owner.get(topic)
+            if slots is None or not 0 <= partition < len(slots) or slots[partition] != index:
+                continue
+            if topic in topics:
+                mine.append(claim)
+            else:
+                slots[partition] = FREE
     return Claims(owner=owner, kept=kept, claimant=claimant, any_claim=any_claim)
 
 
