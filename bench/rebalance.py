@@ -36,6 +36,7 @@ from confluent_kafka import Consumer
 
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.member import GroupMember, MemberConfig
 
 RESULTS = Path(__file__).parent / "results" / "rebalance.json"
 PARTITIONS = 12
@@ -58,6 +59,7 @@ class NativeMember:
     instance_id: str | None = None
     consumed: list[tuple[int, float]] = field(default_factory=list)  # (partition, time)
     assignment: frozenset[int] = frozenset()
+    assigned_log: list[tuple[float, frozenset[int]]] = field(default_factory=list)
     subscribed_at: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -80,7 +82,10 @@ class NativeMember:
         consumer = Consumer(settings)
 
         def assigned(consumer: Any, partitions: list[Any]) -> None:
-            self.assignment = self.assignment | {tp.partition for tp in partitions}
+            added = frozenset(tp.partition for tp in partitions)
+            if added:
+                self.assigned_log.append((time.time(), added))
+            self.assignment = self.assignment | added
 
         def revoked(consumer: Any, partitions: list[Any]) -> None:
             self.assignment = self.assignment - {tp.partition for tp in partitions}
@@ -170,18 +175,6 @@ def paused_partition_seconds(consumed: list[tuple[int, float]], start: float, en
     return paused
 
 
-def moved(before: dict[str, frozenset[Any]], after: dict[str, frozenset[Any]]) -> int:
-    return sum(len(owned - after.get(name, frozenset())) for name, owned in before.items())
-
-
-def ours_consumed(group: demo.LocalGroup, instances: list[str]) -> list[tuple[int, float]]:
-    return [
-        (tp[1], at)
-        for instance in instances
-        for tp, _, at in demo.Journal.read(group.journal_path(instance)).processed()
-    ]
-
-
 def ours_owned(group: demo.LocalGroup) -> dict[str, frozenset[int]]:
     return {name: frozenset(p for _, p in owned) for name, owned in group.ownership().items()}
 
@@ -249,24 +242,95 @@ def join_latency_native(bootstrap: str, topic: str, rounds: int) -> list[float |
     return latencies
 
 
+@dataclass
+class OurMember:
+    """One ``GroupMember`` on its own thread: the same harness as ``NativeMember``."""
+
+    group: demo.LocalGroup
+    instance_id: str
+    consumed: list[tuple[int, float]] = field(default_factory=list)
+    assigned_log: list[tuple[float, frozenset[int]]] = field(default_factory=list)
+    member: GroupMember | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def assignment(self) -> frozenset[int]:
+        return frozenset(p for _, p in self.member.assignment) if self.member else frozenset()
+
+    def start(self) -> None:
+        assert self.group.broker is not None
+        self.member = GroupMember(
+            MemberConfig(
+                group_id=self.group.group,
+                coordinator_url=self.group.coordinator_url,
+                topics=(self.group.topic,),
+                bootstrap_servers=self.group.broker.bootstrap,
+                instance_id=self.instance_id,
+                commit_interval_ms=1000,
+                lost_after_ms=self.group.session_timeout_ms // 2,
+            ),
+            on_assigned=lambda added: self.assigned_log.append(
+                (time.time(), frozenset(p for _, p in added))
+            ),
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self.member is not None
+        for message in self.member:
+            self.consumed.append((message.partition() or 0, time.time()))
+
+    def stop(self, permanent: bool = False) -> None:
+        """SIGTERM semantics: finish, commit, leave temporarily (or for good)."""
+        assert self.member is not None
+        assert self._thread is not None
+        self.member.stop(permanent=permanent)
+        self._thread.join(30)
+
+
 def rolling_restart_ours(group: demo.LocalGroup) -> dict[str, Any]:
+    """Each member in turn stops (SIGTERM semantics) and a successor with a new member id
+    and the same instance id starts, as a StatefulSet rollout does."""
     names = [f"r{i}" for i in range(6)]
-    for name in names:
-        group.start_member(name)
+    members = {name: OurMember(group, name) for name in names}
+    history = list(members.values())
+    for member in members.values():
+        member.start()
     group.wait_settled(set(names), timeout=60)
     time.sleep(1)
     start, moved_total = time.time(), 0
     for name in names:
-        before = ours_owned(group)
-        group.stop_member(name)
-        group.start_member(name)
+        old = members[name].assignment
+        restart_at = time.time()
+        members[name].stop()
+        successor = members[name] = OurMember(group, name)
+        history.append(successor)
+        successor.start()
+        deadline = time.monotonic() + 60
+        while not successor.assignment and time.monotonic() < deadline:
+            time.sleep(0.01)
         group.wait_settled(set(names), timeout=60)
-        moved_total += moved(before, ours_owned(group))
+        settled_at = time.time()
+        # Partitions handed to anyone else meanwhile, plus any the restarted one did not own.
+        moved_total += len(
+            {
+                p
+                for member in history
+                if member is not successor
+                for at, partitions in member.assigned_log
+                if restart_at <= at <= settled_at
+                for p in partitions
+            }
+        )
+        moved_total += len(successor.assignment - old)
     time.sleep(1.5)
     end = time.time()
-    paused = paused_partition_seconds(ours_consumed(group, names), start, end)
-    for name in names:
-        group.stop_member(name, permanent=True)
+    paused = paused_partition_seconds(
+        [entry for member in history for entry in member.consumed], start, end
+    )
+    for member in members.values():
+        member.stop(permanent=True)
     return {
         "moved": moved_total,
         "paused_partition_seconds": round(paused, 2),
@@ -291,13 +355,26 @@ def rolling_restart_native(bootstrap: str, topic: str, static: bool) -> dict[str
     time.sleep(1)
     start, moved_total, settled = time.time(), 0, True
     for name in names:
-        before = native.ownership()
+        old = native.members[name].assignment
+        restart_at = time.time()
         native.stop_member(name)
-        native.start_member(name)
+        successor = native.start_member(name)
         if native.wait_settled(NATIVE_SETTLE_TIMEOUT_S) is None:
             settled = False
             break
-        moved_total += moved(before, native.ownership())
+        settled_at = time.time()
+        # Partitions handed to anyone else meanwhile, plus any the restarted one did not own.
+        moved_total += len(
+            {
+                p
+                for member in native.history
+                if member is not successor
+                for at, partitions in member.assigned_log
+                if restart_at <= at <= settled_at
+                for p in partitions
+            }
+        )
+        moved_total += len(successor.assignment - old)
     time.sleep(1.5)
     end = time.time()
     consumed = [entry for member in native.history for entry in member.consumed]
