@@ -130,6 +130,17 @@ def _native(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, 
     return _summary(latencies, elapsed)
 
 
+def _resolver(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]
+) -> Callable[[Any, Any], None]:
+    """A delivery callback (run in the poll thread) that completes ``future`` on the loop."""
+
+    def delivered(_error: Any, _message: Any) -> None:
+        loop.call_soon_threadsafe(future.set_result, None)
+
+    return delivered
+
+
 async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, float]:
     """N tasks, each producing one record and awaiting its acks=all delivery, in a loop."""
     producer = Producer(
@@ -156,9 +167,7 @@ async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) 
                 b"x" * 40,
                 key,
                 partition=index % STATE_PARTITIONS,
-                on_delivery=lambda _e, _m, f=delivered: loop.call_soon_threadsafe(
-                    f.set_result, None
-                ),
+                on_delivery=_resolver(loop, delivered),
             )
             await delivered
             latencies.append(time.perf_counter() - started)
@@ -230,8 +239,8 @@ def _fill(bootstrap: str, topic: str, total: int, live: int) -> None:
         group = f"load-group-{group_index}"
         partition = partitioning.partition_for(group, STATE_PARTITIONS)
         for tp in range(live // groups):
-            key = records.OffsetCommitKey(group, f"topic-{tp % 10}", tp // 10)
-            keys.append((codec.encode_key(key), partition))
+            commit_key = records.OffsetCommitKey(group, f"topic-{tp % 10}", tp // 10)
+            keys.append((codec.encode_key(commit_key), partition))
     # Recent commit times: older ones would rightly expire (retention) as soon as loaded.
     now_ms = time.time_ns() // 1_000_000
     for round_index in range(total // live):
