@@ -13,8 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from kafka_group_operator.coordinator import messages, records, shard
-from kafka_group_operator.coordinator.result import Result
+from kafka_group_operator.coordinator import messages, records, result, shard
 from kafka_group_records import records as schema
 
 T = TypeVar("T")
@@ -32,13 +31,13 @@ class Harness:
         self.log: list[schema.Record] = []
         self.now_ms = now_ms
 
-    def apply(self, result: Result[T]) -> Result[T]:
-        for record in result.records:
+    def apply(self, outcome: result.Result[T]) -> result.Result[T]:
+        for record in outcome.records:
             self.log.append(record)
             self.shard.replay(record)
-        return result
+        return outcome
 
-    def topics(self, partitions: Mapping[str, int]) -> Result[None]:
+    def topics(self, partitions: Mapping[str, int]) -> result.Result[None]:
         return self.apply(
             self.shard.update_topics(
                 {name: messages.TopicInfo(name, count) for name, count in partitions.items()},
@@ -46,7 +45,7 @@ class Harness:
             )
         )
 
-    def configure(self, **overrides: Any) -> Result[None]:
+    def configure(self, **overrides: Any) -> result.Result[None]:
         settings = dataclasses.replace(DEFAULT_SETTINGS, **overrides)
         return self.apply(self.shard.configure_group(settings, self.now_ms))
 
@@ -59,7 +58,7 @@ class Harness:
         instance_id: str | None = None,
         topics: tuple[str, ...] | None = None,
         group_id: str = GROUP,
-    ) -> Result[messages.HeartbeatResponse]:
+    ) -> result.Result[messages.HeartbeatResponse]:
         if epoch == messages.JOIN_EPOCH and topics is None:
             topics = (TOPIC,)
         request = messages.HeartbeatRequest(
@@ -74,7 +73,7 @@ class Harness:
 
     def commit(
         self, member_id: str, epoch: int, partitions: Mapping[tuple[str, int], int]
-    ) -> Result[messages.OffsetCommitResponse]:
+    ) -> result.Result[messages.OffsetCommitResponse]:
         request = messages.OffsetCommitRequest(
             GROUP,
             member_id,
@@ -83,7 +82,7 @@ class Harness:
         )
         return self.apply(self.shard.commit_offsets(request, self.now_ms))
 
-    def tick(self, advance_ms: int) -> Result[None]:
+    def tick(self, advance_ms: int) -> result.Result[None]:
         self.now_ms += advance_ms
         return self.apply(self.shard.on_timer(self.now_ms))
 

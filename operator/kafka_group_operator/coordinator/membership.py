@@ -33,10 +33,10 @@ from kafka_group_operator.coordinator import (
     group_state,
     messages,
     reconciliation,
+    result,
     timers,
 )
 from kafka_group_operator.coordinator import records as coordinator_records
-from kafka_group_operator.coordinator.result import Result
 from kafka_group_records import records as schema
 
 TopicIdAssignment = coordinator_records.TopicIdAssignment
@@ -77,7 +77,7 @@ class Membership:
 
     def heartbeat(
         self, request: messages.HeartbeatRequest, now_ms: int
-    ) -> Result[messages.HeartbeatResponse]:
+    ) -> result.Result[messages.HeartbeatResponse]:
         self._validate_heartbeat(request)
         if request.member_epoch in (messages.LEAVE_EPOCH, messages.STATIC_LEAVE_EPOCH):
             return self._leave(request, now_ms)
@@ -189,7 +189,7 @@ class Membership:
                 else None
             ),
         )
-        return Result(response, records)
+        return result.Result(response, records)
 
     def _validate_heartbeat(self, request: messages.HeartbeatRequest) -> None:
         if not request.group_id:
@@ -344,7 +344,7 @@ class Membership:
 
     def _leave(
         self, request: messages.HeartbeatRequest, now_ms: int
-    ) -> Result[messages.HeartbeatResponse]:
+    ) -> result.Result[messages.HeartbeatResponse]:
         existing = self._groups.get(request.group_id)
         member = self._known_member(existing, request)
         assert existing is not None
@@ -355,7 +355,9 @@ class Membership:
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
         )
         if request.member_epoch == messages.LEAVE_EPOCH:
-            return Result(response, self.removal_records(existing, [member.member_id], now_ms))
+            return result.Result(
+                response, self.removal_records(existing, [member.member_id], now_ms)
+            )
         if member.instance_id is None:
             raise errors.InvalidRequest("Only a static member can leave with epoch -2.")
         # The member keeps its assignment for the session timeout; what it was revoking is
@@ -365,7 +367,7 @@ class Membership:
             now_ms + settings.session_timeout_ms,
         )
         if member.member_epoch == messages.STATIC_LEAVE_EPOCH:
-            return Result(response, [])
+            return result.Result(response, [])
         away = reconciliation.CurrentAssignment(
             member_epoch=messages.STATIC_LEAVE_EPOCH,
             previous_member_epoch=member.member_epoch,
@@ -373,11 +375,11 @@ class Membership:
             assigned=member.assigned,
             pending_revocation={},
         )
-        return Result(response, [_current_record(existing.group_id, member.member_id, away)])
+        return result.Result(response, [_current_record(existing.group_id, member.member_id, away)])
 
     def remove_members(
         self, request: messages.RemoveMembersRequest, now_ms: int
-    ) -> Result[dict[str, str | None]]:
+    ) -> result.Result[dict[str, str | None]]:
         existing = self._groups.get(request.group_id)
         if existing is None:
             raise errors.GroupIdNotFound(f"Group {request.group_id} does not exist.")
@@ -392,7 +394,7 @@ class Membership:
                 if member.member_id not in leaving:
                     leaving.append(member.member_id)
         records = self.removal_records(existing, leaving, now_ms) if leaving else []
-        return Result(outcome, records)
+        return result.Result(outcome, records)
 
     def removal_records(
         self, existing: group.ConsumerGroup, member_ids: Iterable[str], now_ms: int
@@ -436,7 +438,7 @@ class Membership:
     # -----------------------------------------------------------------------------------
     # Configuration and topic metadata
 
-    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> Result[None]:
+    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> result.Result[None]:
         if not settings.group_id:
             raise errors.InvalidRequest("GroupId can't be empty.")
         if settings.assignor not in self._assignors:
@@ -449,7 +451,7 @@ class Membership:
         config = coordinator_records.group_config_from_settings(settings)
         existing = self._groups.get(settings.group_id)
         if existing is not None and existing.config == config:
-            return Result(None, [])
+            return result.Result(None, [])
         group_id = settings.group_id
         config_record = coordinator_records.new_group_config_record(group_id, config)
         old = existing.settings if existing is not None else group.DEFAULT_CONFIG
@@ -458,7 +460,7 @@ class Membership:
             or not existing.members
             or (old.assignor, old.assignment_paused) == (config.assignor, config.assignment_paused)
         ):
-            return Result(None, [config_record])
+            return result.Result(None, [config_record])
         # A new assignor or a pause changes every member's target: a new group epoch. The
         # bump goes first so that the group passes through ASSIGNING.
         group_epoch = existing.group_epoch + 1
@@ -472,9 +474,11 @@ class Membership:
             group_epoch,
         )
         records.extend(target_records)
-        return Result(None, records)
+        return result.Result(None, records)
 
-    def update_topics(self, topics: Mapping[str, messages.TopicInfo], now_ms: int) -> Result[None]:
+    def update_topics(
+        self, topics: Mapping[str, messages.TopicInfo], now_ms: int
+    ) -> result.Result[None]:
         """Take the broker's metadata and rebalance the groups whose subscribed topics changed.
 
         ``topics`` is a snapshot of every topic (absent = does not exist), not a delta. The
@@ -485,7 +489,7 @@ class Membership:
         feed = {name: _topic_metadata(info) for name, info in topics.items()}
         previous = self.topic_feed
         if previous == feed:
-            return Result(None, [])
+            return result.Result(None, [])
         changed = (
             None
             if previous is None
@@ -521,7 +525,7 @@ class Membership:
                 group_epoch,
             )
             records.extend(target_records)
-        return Result(None, records)
+        return result.Result(None, records)
 
     # -----------------------------------------------------------------------------------
     # Target assignment
@@ -602,16 +606,16 @@ class Membership:
         spec = assignor_api.GroupSpec(members, partitions_per_topic, partition_racks)
         for _ in range(_MAX_ASSIGNOR_ROUNDS):
             try:
-                result = assignor.assign(spec)
+                assigned = assignor.assign(spec)
             except assignor_api.AssignorError as exc:
                 raise errors.CoordinatorError(f"Assignor {assignor.name} failed: {exc}") from exc
-            if sum(len(parts) for parts in result.values()) >= total:
+            if sum(len(parts) for parts in assigned.values()) >= total:
                 break
             generation += 1
             spec = assignor_api.GroupSpec(
                 {
                     member_id: replace(
-                        member, owned=tuple(result.get(member_id, ())), generation=generation
+                        member, owned=tuple(assigned.get(member_id, ())), generation=generation
                     )
                     for member_id, member in members.items()
                 },
@@ -623,7 +627,7 @@ class Membership:
         for member_id in candidates:
             # Group by name first: str hashes are cached, UUID hashes are computed each time.
             collected: dict[str, list[int]] = {}
-            for name, partition in result.get(member_id, ()):
+            for name, partition in assigned.get(member_id, ()):
                 collected.setdefault(name, []).append(partition)
             targets[member_id] = {ids[name]: frozenset(parts) for name, parts in collected.items()}
         return targets

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kafka_group_operator.coordinator import errors, group, messages
+from kafka_group_operator.coordinator import errors, group, messages, result
 from kafka_group_operator.coordinator import records as coordinator_records
-from kafka_group_operator.coordinator.result import Result
 from kafka_group_records import records as schema
 
 MAX_METADATA_BYTES = 4096
@@ -79,7 +78,7 @@ def commit_offsets(
     existing: group.ConsumerGroup | None,
     request: messages.OffsetCommitRequest,
     now_ms: int,
-) -> Result[messages.OffsetCommitResponse]:
+) -> result.Result[messages.OffsetCommitResponse]:
     if not request.group_id:
         raise errors.InvalidRequest("GroupId can't be empty.")
     is_admin = request.member_id == "" and request.member_epoch == messages.LEAVE_EPOCH
@@ -107,7 +106,7 @@ def commit_offsets(
                 request.group_id, topic, partition, commit, now_ms
             )
         )
-    return Result(messages.OffsetCommitResponse(errors=failed), records)
+    return result.Result(messages.OffsetCommitResponse(errors=failed), records)
 
 
 def _validated_member(

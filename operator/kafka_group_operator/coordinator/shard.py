@@ -26,10 +26,10 @@ from kafka_group_operator.coordinator import (
     membership,
     messages,
     offsets,
+    result,
     timers,
 )
 from kafka_group_operator.coordinator import records as coordinator_records
-from kafka_group_operator.coordinator.result import Result
 from kafka_group_records import records as schema
 
 _MEMBER_KEYS = (
@@ -69,28 +69,32 @@ class CoordinatorShard:
 
     def heartbeat(
         self, request: messages.HeartbeatRequest, now_ms: int
-    ) -> Result[messages.HeartbeatResponse]:
+    ) -> result.Result[messages.HeartbeatResponse]:
         return self._membership.heartbeat(request, now_ms)
 
     def commit_offsets(
         self, request: messages.OffsetCommitRequest, now_ms: int
-    ) -> Result[messages.OffsetCommitResponse]:
+    ) -> result.Result[messages.OffsetCommitResponse]:
         return offsets.commit_offsets(
             self._offsets, self._groups.get(request.group_id), request, now_ms
         )
 
-    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> Result[None]:
+    def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> result.Result[None]:
         return self._membership.configure_group(settings, now_ms)
 
     def remove_members(
         self, request: messages.RemoveMembersRequest, now_ms: int
-    ) -> Result[dict[str, str | None]]:
+    ) -> result.Result[dict[str, str | None]]:
         return self._membership.remove_members(request, now_ms)
 
-    def update_topics(self, topics: Mapping[str, messages.TopicInfo], now_ms: int) -> Result[None]:
+    def update_topics(
+        self, topics: Mapping[str, messages.TopicInfo], now_ms: int
+    ) -> result.Result[None]:
         return self._membership.update_topics(topics, now_ms)
 
-    def delete_group(self, request: messages.DeleteGroupRequest, now_ms: int) -> Result[None]:
+    def delete_group(
+        self, request: messages.DeleteGroupRequest, now_ms: int
+    ) -> result.Result[None]:
         group_id = request.group_id
         existing = self._groups.get(group_id)
         if existing is None and not self._offsets.has_offsets(group_id):
@@ -100,9 +104,9 @@ class CoordinatorShard:
         records = offsets.offset_tombstones(self._offsets, group_id)
         if existing is not None:
             records.extend(membership.group_tombstones(existing, keep_config=False))
-        return Result(None, records)
+        return result.Result(None, records)
 
-    def on_timer(self, now_ms: int) -> Result[None]:
+    def on_timer(self, now_ms: int) -> result.Result[None]:
         """Fence members whose session or rebalance timeout passed; expire idle groups."""
         fenced: dict[str, list[str]] = {}
         records: list[schema.Record] = []
@@ -137,7 +141,7 @@ class CoordinatorShard:
             records.extend(
                 self._membership.removal_records(self._groups[group_id], member_ids, now_ms)
             )
-        return Result(None, records)
+        return result.Result(None, records)
 
     def next_deadline_ms(self) -> int | None:
         return self._deadlines.next_deadline_ms()
