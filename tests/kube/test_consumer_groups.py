@@ -219,6 +219,14 @@ async def test_scale_and_the_status_follows(
     assert (ready["status"], ready["observedGeneration"]) == ("False", 2)
     assert ready["message"] == "0 of 3 members are ready"
 
+    # The StatefulSet controller's count is what the status (and autoscalers) report.
+    sts_status = "/apis/apps/v1/namespaces/shop/statefulsets/orders/status"
+    for pods in (2, 3):
+        await api_call(kmock, "PATCH", sts_status, {"status": {"replicas": pods}})
+        await operator.wait_for(
+            lambda pods=pods: (kmock.get(CG, NS, "orders") or {})["status"]["replicas"] == pods
+        )
+
 
 async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
     kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
@@ -419,3 +427,33 @@ async def test_paused_group_assigns_nothing_until_resumed(
 
         await api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"paused": False}})
         await heartbeat_until([member], lambda: member.partitions == {0, 1, 2, 3})
+
+
+async def test_a_restarted_operator_picks_up_where_it_left(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    await create(kmock, group_body(topic, broker.bootstrap, replicas=1))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    token = token_of(kmock)
+    async with aiohttp.ClientSession() as session:
+        member = Member(session, operator.config.coordinator_url, token, "orders-0", topic)
+        await heartbeat_until([member], lambda: member.partitions == {0, 1, 2, 3})
+        status, reply = await member.commit(1, 7)
+        assert status == 200, reply
+    await operator.__aexit__(None, None, None)
+
+    # The Deployment's Recreate strategy: a new operator on the same state topic.
+    async with kube.RunningOperator(operator.config) as restarted:
+        # The group's token is taken from its Secret again, never regenerated.
+        await restarted.wait_for(lambda: restarted.state.tokens.token_for(f"{NS}.orders"))
+        assert restarted.state.tokens.token_for(f"{NS}.orders") == token
+        assert token_of(kmock) == token
+        async with aiohttp.ClientSession() as session:
+            # The same member (pod) carries on: its id, epoch and partitions are still valid.
+            member.session = session
+            status, reply = await member.heartbeat()
+            assert status == 200, reply
+            assert member.partitions == {0, 1, 2, 3}
+            fetch = messages.OffsetFetchRequest(group_id=f"{NS}.orders")
+            offsets = (await restarted.call(restarted.state.runtime.fetch_offsets(fetch))).offsets
+            assert offsets[(topic, 1)].offset == 7

@@ -205,3 +205,12 @@ def test_find_and_unknown_status() -> None:
     ]
     assert conditions.find(merged, "Ready") == merged[0]
     assert conditions.find(merged, "Degraded") is None
+
+
+def test_replicas_come_from_the_stateful_set_once_it_reports() -> None:
+    desired = group_status.build_group_status(_group(replicas=3), 1, STABLE, {}, None, T0)
+    assert desired["replicas"] == 3
+    observed = group_status.build_group_status(
+        _group(replicas=3), 1, STABLE, {}, None, T0, observed_replicas=2
+    )
+    assert observed["replicas"] == 2

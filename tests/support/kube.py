@@ -318,6 +318,8 @@ class RunningOperator:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if not self._thread.is_alive():
+            return  # stopped already (a test that restarts the operator)
         self._stop.set()
         await asyncio.to_thread(self._thread.join, 60)
         assert not self._thread.is_alive(), "the operator did not stop"

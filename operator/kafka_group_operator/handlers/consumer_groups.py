@@ -237,6 +237,10 @@ async def refresh_status(
     if description is not None:
         lag = await state.runtime.group_lag(group.group_id)
     status = body.get("status") or {}
+    stateful_set = await state.kube.get_or_none(
+        kube_client.STATEFUL_SETS, group.namespace, consumer_group.stateful_set_name(group)
+    )
+    observed = ((stateful_set or {}).get("status") or {}).get("replicas")
     fresh = group_status.build_group_status(
         group,
         (body.get("metadata") or {}).get("generation"),
@@ -244,6 +248,7 @@ async def refresh_status(
         lag,
         status.get("conditions"),
         conditions.now_rfc3339(),
+        observed_replicas=observed if isinstance(observed, int) else None,
     )
     await _patch_status(state, body, fresh)
     return description

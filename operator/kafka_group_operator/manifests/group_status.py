@@ -76,8 +76,13 @@ def build_group_status(
     lag: Mapping[tuple[str, int], int],
     previous_conditions: Sequence[Mapping[str, Any]] | None,
     now: str,
+    observed_replicas: int | None = None,
 ) -> dict[str, Any]:
-    """The full status of a group that is reconciled and coordinated."""
+    """The full status of a group that is reconciled and coordinated.
+
+    ``observed_replicas`` is the StatefulSet's own count of pods (what autoscalers read
+    through the scale subresource); until it reports one, the desired count stands in.
+    """
     state = group_state(description, group.paused)
     members = build_members(description, lag)
     ready = sum(1 for m in description.members if is_ready_member(m)) if description else 0
@@ -88,7 +93,7 @@ def build_group_status(
         "state": state,
         "groupEpoch": description.group_epoch if description else 0,
         "assignmentEpoch": description.assignment_epoch if description else 0,
-        "replicas": group.replicas,
+        "replicas": group.replicas if observed_replicas is None else observed_replicas,
         "readyMembers": ready,
         "labelSelector": consumer_group.label_selector(group.name),
         "tokenSecret": consumer_group.token_secret_name(group.name),
