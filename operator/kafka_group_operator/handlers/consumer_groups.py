@@ -14,7 +14,8 @@
 * delete: ``deletionPolicy: Delete`` removes every record of the group; ``Retain`` keeps them.
 
 The annotation ``kafkagroups.io/pause-reconciliation: "true"`` stops every change the
-operator would make to the group and its children; the status is still observed.
+operator would make to the group, its children and its members; the status is still
+refreshed until the spec changes (then it waits for the reconciliation to resume).
 """
 
 from __future__ import annotations
@@ -37,21 +38,6 @@ from kafka_group_operator.specs import errors as spec_errors
 GROUP, VERSION, PLURAL = "kafkagroups.io", "v1alpha1", "consumergroups"
 PAUSE_ANNOTATION = f"{lifecycle.DOMAIN}/pause-reconciliation"
 RECONCILIATION_PAUSED = "ReconciliationPaused"
-# Status keys this module owns; others (lastReset, snapshots) are left alone.
-_OWN_STATUS_KEYS = (
-    "observedGeneration",
-    "groupId",
-    "state",
-    "groupEpoch",
-    "assignmentEpoch",
-    "replicas",
-    "readyMembers",
-    "labelSelector",
-    "tokenSecret",
-    "members",
-    "lag",
-    "conditions",
-)
 
 
 def retry_delay(retry: int, base: float = 5.0) -> float:
