@@ -1,0 +1,173 @@
+"""An online reset of a live group: real member processes keep consuming through it.
+
+The operator runs against the API server with its embedded coordinator; two member processes
+(the demo's journaling member) consume a 4-partition topic. ``spec.offsetReset`` moves every
+partition back to offset 20: the coordinator pauses assignment, the members commit and
+release, the restore job plans on local Spark, the operator writes the plan, and the group
+resumes. Afterwards the members' journals must show every message from the new position on
+processed again, and nothing processed while the group was paused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_group_operator.commands import demo
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import config as operator_config
+from tests.jobs import test_snapshot_handlers as handlers_test
+from tests.support import kube
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.kmock(cls=kube.ApiServer),
+]
+
+NS = handlers_test.NS
+GROUP = f"{NS}.payments"
+PARTITIONS = 4
+MESSAGES = 50
+RESET_TO = 20
+
+
+@pytest.fixture
+def data_topic(broker: embedded.EmbeddedBroker) -> str:
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})
+    for partition in range(PARTITIONS):
+        for index in range(MESSAGES):
+            producer.produce(name, f"m{index}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return name
+
+
+@pytest.fixture
+async def operator(
+    kmock: kube.ApiServer, broker: embedded.EmbeddedBroker
+) -> AsyncIterator[kube.RunningOperator]:
+    port = embedded.free_port()
+    config = operator_config.OperatorConfig(
+        bootstrap_servers=broker.bootstrap,
+        state_topic=f"kgo-state-{uuid.uuid4().hex[:8]}",
+        state_partitions=2,
+        api_host="127.0.0.1",
+        api_port=port,
+        coordinator_url=f"http://127.0.0.1:{port}",
+        status_interval_seconds=0.5,
+        kube_server=str(kmock.url).rstrip("/"),
+    )
+    async with kube.RunningOperator(config) as running:
+        yield running
+
+
+@pytest.fixture
+def members(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def start_member(
+    operator: kube.RunningOperator, broker: Any, topic: str, instance: str, journal: Path
+) -> subprocess.Popen[bytes]:
+    token = operator.state.tokens.token_for(GROUP)
+    assert token is not None
+    env = {
+        **os.environ,
+        "KGO_GROUP_ID": GROUP,
+        "KGO_COORDINATOR_URL": operator.config.coordinator_url,
+        "KGO_GROUP_TOKEN": token,
+        "KGO_INSTANCE_ID": instance,
+        "KGO_MEMBER_ID": str(uuid.uuid4()),
+        "KGO_TOPICS": topic,
+        "KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "KGO_AUTO_OFFSET_RESET": "earliest",
+        "KGO_COMMIT_INTERVAL_MS": "300",
+    }
+    log = journal.with_suffix(".log").open("ab")
+    command = [sys.executable, "-m", "kafka_group_operator.commands.demo", "member"]
+    return subprocess.Popen(
+        [*command, "--journal", str(journal)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+def processed(journals: list[Path]) -> list[tuple[tuple[str, int], int, float]]:
+    found = []
+    for path in journals:
+        if path.exists():
+            found.extend(demo.Journal.read(path).processed())
+    return found
+
+
+async def committed(operator: kube.RunningOperator) -> dict[tuple[str, int], int]:
+    fetched = await operator.call(
+        operator.state.runtime.fetch_offsets(messages.OffsetFetchRequest(group_id=GROUP))
+    )
+    return {tp: value.offset for tp, value in fetched.offsets.items()}
+
+
+async def test_online_reset_with_members_consuming(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+    members: list[subprocess.Popen[bytes]],
+) -> None:
+    await handlers_test.create_group(kmock, data_topic, broker.bootstrap, replicas=2)
+    await operator.wait_for(lambda: operator.state.tokens.token_for(GROUP), 60)
+    journals = [tmp_path / f"payments-{i}.jsonl" for i in range(2)]
+    for index, journal in enumerate(journals):
+        members.append(start_member(operator, broker, data_topic, f"payments-{index}", journal))
+    everything = {(data_topic, p): MESSAGES for p in range(PARTITIONS)}
+
+    async def caught_up() -> bool:
+        return await committed(operator) == everything
+
+    await operator.wait_for(caught_up, 120, 0.5)
+
+    reset_started = time.time()
+    reset = {"to": "offset", "offset": RESET_TO, "dryRun": False}
+    path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
+    await handlers_test.request(kmock, "PATCH", path, {"spec": {"offsetReset": reset}})
+
+    def last_reset() -> dict[str, Any]:
+        status = handlers_test.status_of(kmock, handlers_test.CG, "payments")
+        return dict(status.get("lastReset") or {})
+
+    await operator.wait_for(lambda: last_reset().get("phase") in ("Done", "Failed"), 300, 0.5)
+    audit = last_reset()
+    assert audit["phase"] == "Done", audit
+    assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in audit["partitions"]] == [
+        (p, MESSAGES, RESET_TO) for p in range(PARTITIONS)
+    ]
+
+    # The group resumes from the plan and works its way back to the end: every message from
+    # the new position on is processed exactly once more, nothing before it.
+    await operator.wait_for(caught_up, 120, 0.5)
+    after = [(tp, offset) for tp, offset, at in processed(journals) if at >= reset_started]
+    for partition in range(PARTITIONS):
+        offsets = sorted(o for tp, o in after if tp == (data_topic, partition))
+        assert offsets == list(range(RESET_TO, MESSAGES)), (partition, offsets)
