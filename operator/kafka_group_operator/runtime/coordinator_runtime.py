@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MIN_TIMER_GAP_MS = 10
+_RELOAD_GATHER_S = 0.1
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
@@ -144,6 +145,7 @@ class CoordinatorRuntime:
         self._stopped = False
         # Java's String.hashCode in Python is slow enough to matter on every request.
         self._partition_of: dict[str, int] = {}
+        self._to_reload: set[int] = set()
 
     # -----------------------------------------------------------------------------------
     # Lifecycle
@@ -389,7 +391,15 @@ class CoordinatorRuntime:
         self._fail_pending(
             partition, errors.CoordinatorLoadInProgress(f"state partition {partition.index}")
         )
-        self._spawn(self._load([partition.index]))
+        # An outage fails many partitions at once: one loader (one consumer) takes them all.
+        if not self._to_reload:
+            self._spawn(self._reload_soon())
+        self._to_reload.add(partition.index)
+
+    async def _reload_soon(self) -> None:
+        await asyncio.sleep(_RELOAD_GATHER_S)
+        indexes, self._to_reload = sorted(self._to_reload), set()
+        await self._load(indexes)
 
     async def _load(self, indexes: list[int]) -> None:
         assignors = self.config.assignors
