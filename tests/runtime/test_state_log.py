@@ -6,7 +6,12 @@ import asyncio
 import random
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import errors, loader, topic, writer
@@ -34,6 +39,10 @@ def test_missing_topic_is_created_compacted(broker: embedded.EmbeddedBroker) -> 
     assert topic.ensure_state_topic(admin, settings, 10) is False
     described = admin.list_topics(timeout=10).topics[settings.name]
     assert len(described.partitions) == 3
+    resource = ConfigResource(ResourceType.TOPIC, settings.name)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["min.insync.replicas"].value == "1"
 
 
 @pytest.mark.parametrize(
