@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeAlias
 
 # ---------------------------------------------------------------------------------------
 # Offsets (key versions 0 and 1)
@@ -225,33 +225,33 @@ class LoadMarkerValue:
     written_at_ms: int
 
 
-RecordKey = Union[
-    OffsetCommitKey,
-    GroupMetadataKey,
-    ConsumerGroupMetadataKey,
-    ConsumerGroupPartitionMetadataKey,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupCurrentMemberAssignmentKey,
-    GroupConfigKey,
-    GroupLifecycleKey,
-    LoadMarkerKey,
-]
+RecordKey: TypeAlias = (
+    OffsetCommitKey
+    | GroupMetadataKey
+    | ConsumerGroupMetadataKey
+    | ConsumerGroupPartitionMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+    | GroupConfigKey
+    | GroupLifecycleKey
+    | LoadMarkerKey
+)
 
-RecordValue = Union[
-    OffsetCommitValue,
-    GroupMetadataValue,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupPartitionMetadataValue,
-    ConsumerGroupMemberMetadataValue,
-    ConsumerGroupTargetAssignmentMetadataValue,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupCurrentMemberAssignmentValue,
-    GroupConfigValue,
-    GroupLifecycleValue,
-    LoadMarkerValue,
-]
+RecordValue: TypeAlias = (
+    OffsetCommitValue
+    | GroupMetadataValue
+    | ConsumerGroupMetadataValue
+    | ConsumerGroupPartitionMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+    | GroupConfigValue
+    | GroupLifecycleValue
+    | LoadMarkerValue
+)
 
 
 @dataclass(frozen=True, slots=True)
