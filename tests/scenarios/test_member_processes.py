@@ -10,6 +10,8 @@ each leaving it settled on three members.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from kafka_group_operator.commands import demo
+from kafka_group_operator.commands import demo, describe
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_records import codec, records
 
@@ -164,6 +166,35 @@ def test_a_joining_member_takes_only_its_share(group: demo.LocalGroup) -> None:
         for tp in partitions
     ]
     assert sorted(revoked) == sorted(moved)
+
+
+def test_kgo_describe_prints_the_group(group: demo.LocalGroup) -> None:
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafka_group_operator",
+            "describe",
+            group.group,
+            "--coordinator",
+            group.coordinator_url,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    owned = group.ownership()
+    assert printed.startswith(f"group {group.group}  state Stable")
+    for instance, partitions in owned.items():
+        row = next(line for line in printed.splitlines() if line.startswith(instance))
+        assert f" {len(partitions)} " in row
+        assert describe.compact_partitions({group.topic: [p for _, p in partitions]}) in row
+
+
+def test_compact_partitions() -> None:
+    assert describe.compact_partitions({"t": [5, 0, 1, 2, 7, 8]}) == "t[0-2,5,7-8]"
+    assert describe.compact_partitions({}) == "-"
 
 
 def test_a_permanent_leave_moves_its_partitions_at_once(group: demo.LocalGroup) -> None:

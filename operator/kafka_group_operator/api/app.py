@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from kafka_group_operator.api import openapi, tokens, wire
 from kafka_group_operator.coordinator import errors, messages
@@ -87,7 +88,7 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
         )
 
 
-def _auth_middleware(store: tokens.TokenStore | None) -> Any:
+def _auth_middleware(store: tokens.TokenStore | None) -> Middleware:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         group = request.match_info.get("group")
