@@ -184,3 +184,16 @@ def test_spark_defaults_come_from_the_chart_environment() -> None:
         }
     )
     assert (mode, settings.image, dict(settings.spark_conf)) == ("local", "img:1", {"spark.a": "b"})
+
+
+def test_scheduled_compaction_runs_into_its_own_checkpoint_directory() -> None:
+    due = offset_jobs.next_run("0 3 * * *", at("2026-11-21T03:00:00"))
+    assert due == at("2026-11-22T03:00:00")
+    assert offset_jobs.compaction_arguments("k:9092", "state", "s3a://b/ckpt/", due) == [
+        "--bootstrap",
+        "k:9092",
+        "--topic",
+        "state",
+        "--output",
+        "s3a://b/ckpt/checkpoint-20261122T030000Z",
+    ]

@@ -7,6 +7,8 @@
   is retried as a new run, at most ``offset_jobs.MAX_ATTEMPTS`` times, with its reason shown.
 * **ConsumerGroup.spec.snapshots**: a timer creates OffsetSnapshots on the cron schedule and
   prunes the oldest beyond ``historyLimit``.
+* **Compaction** of the state topic on the chart's schedule (``KGO_COMPACTION_SCHEDULE``,
+  checkpoints under ``KGO_COMPACTION_STORAGE_URI``), as local Spark runs of the operator.
 * **ConsumerGroup.spec.offsetReset**: a timer drives the reset once per value of the field:
   pause assignment (every member commits and releases cooperatively), wait until no partition
   is owned, plan with the restore job (which clamps and audits), write the plan through the
@@ -47,6 +49,7 @@ CONSUMER_GROUPS = ("kafkagroups.io", "v1alpha1", "consumergroups")
 LOCAL_JOBS_KEY = "kafka_group_operator_local_jobs"
 RESULT_PREFIX = "KGO-RESULT "  # what kafka_group_jobs.arguments.emit_result prints
 LOCAL_MASTER = "local[2]"
+COMPACTION_KEY = "kafka_group_operator_compaction"
 
 
 # ---------------------------------------------------------------------------------------
@@ -492,3 +495,49 @@ async def _snapshot_location(
         raise ResetFailed(f"OffsetSnapshot {name!r} is not a finished snapshot")
     location: str = snapshot_status["location"]
     return location
+
+
+# ---------------------------------------------------------------------------------------
+# Scheduled compaction of the state topic
+
+
+@kopf.on.startup()
+async def start_compaction_schedule(memo: Any, logger: Any, **_: Any) -> None:
+    schedule = os.environ.get("KGO_COMPACTION_SCHEDULE", "").strip()
+    storage = os.environ.get("KGO_COMPACTION_STORAGE_URI", "").strip()
+    if not schedule or not storage:
+        logger.info("state-topic compaction is not scheduled (no schedule or storage URI)")
+        return
+    memo[COMPACTION_KEY] = asyncio.create_task(
+        compaction_loop(schedule, storage, memo, logger), name="compaction-schedule"
+    )
+
+
+@kopf.on.cleanup()
+async def stop_compaction_schedule(memo: Any, **_: Any) -> None:
+    task = memo.get(COMPACTION_KEY)
+    if isinstance(task, asyncio.Task):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def compaction_loop(schedule: str, storage: str, memo: Any, logger: Any) -> None:
+    """Runs the compaction job at every scheduled time, for as long as the operator runs."""
+    last = datetime.datetime.now(datetime.UTC)
+    while True:
+        due = offset_jobs.next_run(schedule, last)
+        await asyncio.sleep(max((due - datetime.datetime.now(datetime.UTC)).total_seconds(), 0))
+        last = due
+        state = memo.get(lifecycle.STATE_KEY)
+        if not isinstance(state, lifecycle.OperatorState):
+            logger.warning("compaction due at %s skipped: the coordinator is not running", due)
+            continue
+        arguments = offset_jobs.compaction_arguments(
+            state.config.bootstrap_servers, state.config.state_topic, storage, due
+        )
+        outcome = await run_local_job("compaction", [*arguments, *kafka_arguments()])
+        if outcome.succeeded:
+            logger.info("state topic compacted: %s", outcome.result)
+        else:
+            logger.error("state-topic compaction failed: %s", outcome.reason)

@@ -135,6 +135,21 @@ def next_attempt(attempts: int, reason: str) -> tuple[bool, str]:
     return False, f"failed after {attempts} attempts: {reason}"
 
 
+def compaction_arguments(
+    bootstrap: str, state_topic: str, storage_uri: str, at: datetime.datetime
+) -> list[str]:
+    """Arguments of a scheduled compaction: each run checkpoints into its own directory."""
+    stamp = at.astimezone(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    location = f"{storage_uri.rstrip('/')}/checkpoint-{stamp}"
+    return [*common_arguments(bootstrap, state_topic), "--output", location]
+
+
+def next_run(schedule: str, after: datetime.datetime) -> datetime.datetime:
+    """The first scheduled time strictly after ``after``."""
+    found: datetime.datetime = croniter(schedule, after).get_next(datetime.datetime)
+    return found
+
+
 # ---------------------------------------------------------------------------------------
 # Scheduled snapshots (ConsumerGroup.spec.snapshots), modelled on ScheduledSparkApplication
 
