@@ -582,21 +582,28 @@ class Membership:
             for name in partitions_per_topic
             if any(p.racks for p in topics[name].partition_metadata)
         }
-        members = {
-            member_id: assignor_api.MemberSubscription(
-                topics=frozenset(candidate.subscription.subscribed_topic_names) & subscribed,
-                owned=tuple(
-                    (names[topic_id], partition)
-                    for topic_id, parts in candidate.target.items()
-                    if topic_id in names
-                    for partition in sorted(parts)
-                ),
+        # Members mostly share a few subscriptions: build each topic set once.
+        topic_sets: dict[tuple[str, ...], frozenset[str]] = {}
+        members: dict[str, assignor_api.MemberSubscription] = {}
+        for member_id, candidate in candidates.items():
+            names_subscribed = candidate.subscription.subscribed_topic_names
+            member_topics = topic_sets.get(names_subscribed)
+            if member_topics is None:
+                member_topics = topic_sets[names_subscribed] = (
+                    frozenset(names_subscribed) & subscribed
+                )
+            owned: list[assignor_api.TopicPartition] = []
+            for topic_id, parts in candidate.target.items():
+                name = names.get(topic_id)
+                if name is not None:
+                    owned.extend([(name, partition) for partition in sorted(parts)])
+            members[member_id] = assignor_api.MemberSubscription(
+                topics=member_topics,
+                owned=tuple(owned),
                 generation=assignment_epoch,
                 rack=candidate.subscription.rack_id,
                 instance_id=candidate.subscription.instance_id,
             )
-            for member_id, candidate in candidates.items()
-        }
         total = sum(
             partitions_per_topic[name]
             for name in partitions_per_topic
@@ -664,9 +671,10 @@ class Membership:
         source = feed if feed is not None else stored
         topics = {name: source[name] for name in sorted(names) if name in source}
         if existing is not None:
-            held = {
-                topic_id for (topic_id, _), owner in existing.owners.items() if owner not in leaving
-            }
+            held: set[uuid.UUID] = set()
+            for member_id, member in existing.members.items():
+                if member_id not in leaving:
+                    held.update(member.assigned.keys(), member.pending_revocation.keys())
             for topic_id in held:
                 metadata = existing.topics.get(topic_id)
                 if metadata is None or metadata.topic_name in topics:
