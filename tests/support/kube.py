@@ -276,8 +276,11 @@ def _now() -> str:
 class RunningOperator:
     """The operator (kopf + our handlers + the embedded coordinator) in a thread of its own."""
 
-    def __init__(self, config: operator_config.OperatorConfig) -> None:
+    def __init__(
+        self, config: operator_config.OperatorConfig, wait_for_coordinator: bool = True
+    ) -> None:
         self.config = config
+        self.wait_for_coordinator = wait_for_coordinator
         self.memo = kopf.Memo()
         self.memo[lifecycle.CONFIG_KEY] = config
         self._stop = threading.Event()
@@ -311,7 +314,9 @@ class RunningOperator:
         await asyncio.to_thread(self._ready.wait, 60)
         if self.error is not None:
             raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
-        # Ready means kopf runs; the coordinator runs once the startup handler stored it.
+        if not self.wait_for_coordinator:
+            return self
+        # Ready means kopf runs; the coordinator runs once it is stored in the memo.
         await self.wait_for(
             lambda: isinstance(self.memo.get(lifecycle.STATE_KEY), lifecycle.OperatorState), 60
         )

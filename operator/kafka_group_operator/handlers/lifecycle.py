@@ -9,6 +9,7 @@ same credentials.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
@@ -33,6 +34,7 @@ KOPF_PREFIX = f"kopf.{DOMAIN}"
 STATE_KEY = "kafka_group_operator"
 CONFIG_KEY = "kafka_group_operator_config"
 KUBE_KEY = "kafka_group_operator_kube"
+STARTER_KEY = "kafka_group_operator_starter"
 
 
 @dataclass(slots=True)
@@ -70,7 +72,7 @@ def kube_of(memo: Any) -> kube_client.KubeClient:
 def state_of(memo: Any) -> OperatorState:
     state = memo.get(STATE_KEY)
     if not isinstance(state, OperatorState):
-        raise kopf.TemporaryError("the operator is still starting", delay=1)
+        raise kopf.TemporaryError("the coordinator is still starting", delay=2)
     return state
 
 
@@ -88,50 +90,79 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: Any) -> None:
+    """Configure kopf and start the coordinator in the background.
+
+    The coordinator needs Kafka, which may not be up yet. Waiting for it here would keep
+    kopf's liveness endpoint down and get the pod restarted over and over; instead the
+    coordinator starts (and retries) in the background, handlers retry until it runs, and
+    the member API (the chart's readiness probe) listens only once it does.
+    """
     configure_kopf(settings)
     config = config_of(memo)
-    runtime = coordinator_runtime.CoordinatorRuntime(
-        coordinator_runtime.RuntimeConfig(
-            bootstrap_servers=config.bootstrap_servers,
-            topic=config.state_topic,
-            partitions=config.state_partitions,
-            replication_factor=config.replication_factor,
-            min_insync_replicas=config.min_insync_replicas,
-            kafka_config=dict(config.kafka_config),
+    memo[STARTER_KEY] = asyncio.create_task(
+        _start_coordinator(config, memo, logger), name="coordinator starter"
+    )
+
+
+async def _start_coordinator(
+    config: operator_config.OperatorConfig, memo: Any, logger: Any
+) -> None:
+    delay = 1.0
+    while True:
+        runtime = coordinator_runtime.CoordinatorRuntime(
+            coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=config.bootstrap_servers,
+                topic=config.state_topic,
+                partitions=config.state_partitions,
+                replication_factor=config.replication_factor,
+                min_insync_replicas=config.min_insync_replicas,
+                kafka_config=dict(config.kafka_config),
+            )
         )
-    )
-    group_tokens = tokens.GroupTokens()
-    runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
-    await runner.setup()
-    try:
-        await runtime.start()
-        await web.TCPSite(runner, config.api_host, config.api_port).start()
-    except Exception as error:
-        await runner.cleanup()
-        with contextlib.suppress(Exception):
-            await runtime.stop()
-        # Kafka may simply not be up yet: retry rather than exit into a crash loop.
-        raise kopf.TemporaryError(f"cannot start the coordinator: {error}", delay=10) from error
-    memo[STATE_KEY] = OperatorState(
-        config=config, runtime=runtime, tokens=group_tokens, kube=kube_of(memo), api_runner=runner
-    )
-    logger.info(
-        "coordinator on state topic %s; member API on %s:%d",
-        config.state_topic,
-        config.api_host,
-        config.api_port,
-    )
+        group_tokens = tokens.GroupTokens()
+        runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
+        await runner.setup()
+        try:
+            await runtime.start()
+            await web.TCPSite(runner, config.api_host, config.api_port).start()
+        except Exception as error:  # Kafka down, topic misconfigured, port taken: retry
+            await runner.cleanup()
+            with contextlib.suppress(Exception):
+                await runtime.stop()
+            logger.warning("cannot start the coordinator (retry in %.0fs): %s", delay, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 60.0)
+            continue
+        memo[STATE_KEY] = OperatorState(
+            config=config,
+            runtime=runtime,
+            tokens=group_tokens,
+            kube=kube_of(memo),
+            api_runner=runner,
+        )
+        logger.info(
+            "coordinator on state topic %s; member API on %s:%d",
+            config.state_topic,
+            config.api_host,
+            config.api_port,
+        )
+        return
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
+    starter = memo.get(STARTER_KEY)
+    if isinstance(starter, asyncio.Task) and not starter.done():
+        starter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starter
     state = memo.get(STATE_KEY)
     if isinstance(state, OperatorState):
         await state.api_runner.cleanup()
         await state.runtime.stop()
-        await state.kube.close()
         memo[STATE_KEY] = None
         logger.info("coordinator stopped")
+    await kube_of(memo).close()
 
 
 @kopf.on.login()
