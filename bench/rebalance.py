@@ -263,6 +263,7 @@ class OurMember:
             MemberConfig(
                 group_id=self.group.group,
                 coordinator_url=self.group.coordinator_url,
+                token=self.group.token,
                 topics=(self.group.topic,),
                 bootstrap_servers=self.group.broker.bootstrap,
                 instance_id=self.instance_id,
@@ -394,11 +395,12 @@ def rolling_restart_native(bootstrap: str, topic: str, static: bool) -> dict[str
 # -------------------------------------------------------------------- heartbeat capacity
 
 
-def _heartbeat_load(url: str, topic: str, members: int, seconds: float, queue: Any) -> None:
+def _heartbeat_load(
+    url: str, group: str, token: str, topic: str, members: int, seconds: float, queue: Any
+) -> None:
     """Runs in its own process: join ``members`` members, then heartbeat flat out."""
     import aiohttp
 
-    group = f"bench.load-{uuid.uuid4().hex[:6]}"
     warm_until = time.monotonic() + 3
     stop_at = warm_until + seconds
 
@@ -414,7 +416,9 @@ def _heartbeat_load(url: str, topic: str, members: int, seconds: float, queue: A
         }
         body, count = join, 0
         while time.monotonic() < stop_at:
-            async with session.post(f"{url}/v1/groups/{group}/heartbeat", json=body) as reply:
+            async with session.post(
+                f"{url}/v1/groups/{group}/heartbeat", json=body, headers=headers
+            ) as reply:
                 answer = await reply.json()
             if reply.status != 200:
                 body = join if answer.get("error") in REJOIN_ERRORS else body
@@ -425,6 +429,8 @@ def _heartbeat_load(url: str, topic: str, members: int, seconds: float, queue: A
             if "assignment" in answer:
                 body["ownedPartitions"] = answer["assignment"]
         return count
+
+    headers = {"Authorization": f"Bearer {token}"}
 
     async def main() -> None:
         connector = aiohttp.TCPConnector(limit=members)
@@ -442,7 +448,8 @@ def heartbeat_capacity(group: demo.LocalGroup, seconds: float) -> float:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(
-        target=_heartbeat_load, args=(group.coordinator_url, group.topic, 64, seconds, queue)
+        target=_heartbeat_load,
+        args=(group.coordinator_url, group.group, group.token, group.topic, 64, seconds, queue),
     )
     process.start()
     rate = float(queue.get(timeout=seconds + 120))

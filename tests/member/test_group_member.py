@@ -6,11 +6,15 @@ proxy that the test cuts, while the coordinator keeps running its session timers
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +23,14 @@ from confluent_kafka import Producer
 from kafka_group_operator.commands import demo
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.member import GroupMember, MemberConfig, MemberError, client
+from kafka_group_operator.member import GroupMember, MemberConfig, MemberError
 from tests.member import proxy
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 SESSION_TIMEOUT_MS = 2_000
-TOPICS = ("basic", "latest", "outage", "fenced", "instance")
+TOPICS = ("basic", "latest", "outage", "fenced", "instance", "example")
+EXAMPLE = Path(__file__).parents[2] / "examples" / "consumer.py"
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +73,7 @@ def config(
     settings: dict[str, Any] = {
         "group_id": coordinator.group,
         "coordinator_url": url or coordinator.coordinator_url,
+        "token": coordinator.token,
         "topics": (topic_name,),
         "bootstrap_servers": coordinator.broker.bootstrap,
         "commit_interval_ms": 200,
@@ -142,7 +148,7 @@ def test_consumes_commits_on_stop_and_the_next_member_resumes(
     assert sorted((p, o) for p, o, _ in first.processed) == [
         (p, o) for p in (0, 1) for o in range(50)
     ]
-    coordinator_client = client.CoordinatorClient(coordinator.coordinator_url, coordinator.group)
+    coordinator_client = coordinator.client()
     assert coordinator_client.fetch([(name, 0), (name, 1)]) == {(name, 0): 50, (name, 1): 50}
 
     for partition in (0, 1):
@@ -278,3 +284,35 @@ def test_a_fenced_instance_id_is_fatal(coordinator: demo.LocalGroup) -> None:
         successor.stop()
     finally:
         link.close()
+
+
+def test_the_example_consumer_consumes_and_commits_on_sigterm(
+    coordinator: demo.LocalGroup,
+) -> None:
+    """``examples/consumer.py`` as a pod runs it: configured by the environment only."""
+    name = topic(coordinator, "example")
+    assert coordinator.broker is not None
+    for partition in (0, 1):
+        produce(coordinator.broker.bootstrap, name, partition, 20)
+    env = {**coordinator.member_env_for(name), "KGO_INSTANCE_ID": "example-0"}
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    coordinator_client = coordinator.client()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            members = coordinator.describe()["members"]
+            if any(m["instanceId"] == "example-0" and m["assignment"] for m in members):
+                break
+            time.sleep(0.1)
+        time.sleep(2)  # the backlog of 40 small messages is consumed in well under that
+        process.send_signal(signal.SIGTERM)
+        _, log = process.communicate(timeout=20)
+        assert process.returncode == 0, log
+    finally:
+        if process.poll() is None:
+            process.kill()
+    # Its commit on the way out covers everything it consumed.
+    assert coordinator_client.fetch([(name, 0), (name, 1)]) == {(name, 0): 20, (name, 1): 20}
+    assert "handing over" not in log  # a temporary leave revokes nothing

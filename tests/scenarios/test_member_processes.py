@@ -178,6 +178,8 @@ def test_kgo_describe_prints_the_group(group: demo.LocalGroup) -> None:
             group.group,
             "--coordinator",
             group.coordinator_url,
+            "--token",
+            group.token,
         ],
         check=True,
         capture_output=True,

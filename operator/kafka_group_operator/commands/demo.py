@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -113,14 +114,17 @@ class Journal:
 # --------------------------------------------------------------------------- the harness
 
 
-def _wait_http(url: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+def _wait_http(
+    url: str, timeout: float, process: subprocess.Popen[bytes], token: str | None = None
+) -> None:
     """Until ``url`` answers 200 (the coordinator answers 503 while it loads)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"process exited with {process.returncode} before serving")
         try:
-            with urllib.request.urlopen(url, timeout=1):
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=1):
                 return
         except OSError:  # HTTPError (503, 404) is an OSError too
             time.sleep(0.05)
@@ -196,6 +200,8 @@ class LocalGroup:
     broker: embedded.EmbeddedBroker | None = None
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
+    # The group's bearer token, as the operator would keep it in the group's Secret.
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # instance -> member id, standing in for the pod UID that survives a container restart
     pod_uids: dict[str, str] = field(default_factory=dict)
@@ -223,6 +229,8 @@ class LocalGroup:
     def start_coordinator(self) -> None:
         assert self.broker is not None
         port = embedded.free_port()
+        tokens = self.directory / "tokens.json"
+        tokens.write_text(json.dumps({self.group: self.token}))
         groups = self.directory / "groups.json"
         groups.write_text(
             json.dumps(
@@ -252,6 +260,8 @@ class LocalGroup:
                 str(self.state_partitions),
                 "--groups",
                 str(groups),
+                "--tokens",
+                str(tokens),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -260,19 +270,28 @@ class LocalGroup:
         )
         self.coordinator_url = f"http://127.0.0.1:{port}"
         # Ready once the state is loaded and the group configured: it can be described.
-        _wait_http(f"{self.coordinator_url}/v1/groups/{self.group}", 60, self.coordinator)
+        _wait_http(
+            f"{self.coordinator_url}/v1/groups/{self.group}", 60, self.coordinator, self.token
+        )
 
-    def member_env(self, instance: str) -> dict[str, str]:
+    def member_env_for(self, topic: str) -> dict[str, str]:
+        """What the operator injects into a pod of this group, minus the pod's identity."""
         assert self.broker is not None
         return {
             **os.environ,
-            "KGO_MEMBER_ID": self.pod_uids[instance],
             "KGO_GROUP_ID": self.group,
+            "KGO_GROUP_TOKEN": self.token,
             "KGO_COORDINATOR_URL": self.coordinator_url,
-            "KGO_INSTANCE_ID": instance,
-            "KGO_TOPICS": self.topic,
+            "KGO_TOPICS": topic,
             "KAFKA_BOOTSTRAP_SERVERS": self.broker.bootstrap,
             "KGO_AUTO_OFFSET_RESET": "earliest",
+        }
+
+    def member_env(self, instance: str) -> dict[str, str]:
+        return {
+            **self.member_env_for(self.topic),
+            "KGO_MEMBER_ID": self.pod_uids[instance],
+            "KGO_INSTANCE_ID": instance,
             "KGO_COMMIT_INTERVAL_MS": "500",
             "KGO_LOST_AFTER_MS": str(self.session_timeout_ms // 2),
         }
@@ -352,7 +371,7 @@ class LocalGroup:
     # -- observation
 
     def client(self) -> client.CoordinatorClient:
-        return client.CoordinatorClient(self.coordinator_url, self.group)
+        return client.CoordinatorClient(self.coordinator_url, self.group, self.token)
 
     def describe(self) -> dict[str, Any]:
         coordinator = self.client()
