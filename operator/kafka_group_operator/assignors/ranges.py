@@ -15,6 +15,7 @@ co-partitioning win over alignment.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 
@@ -30,7 +31,8 @@ class _TopicState:
         self.topic = topic
         self.consumers = consumers
         self.per_member, self.extra = divmod(count, len(consumers))
-        self.unassigned = list(range(count))
+        # An insertion-ordered dict: ascending partitions with O(1) removal.
+        self.unassigned: dict[int, None] = dict.fromkeys(range(count))
         self.assigned: dict[int, int] = dict.fromkeys(consumers, 0)
 
     def room(self, member: int) -> int:
@@ -45,8 +47,8 @@ class _TopicState:
         self.assigned[member] = before + len(partitions)
         if before <= self.per_member < before + len(partitions):
             self.extra -= 1
-        taken = set(partitions)
-        self.unassigned = [partition for partition in self.unassigned if partition not in taken]
+        for partition in partitions:
+            del self.unassigned[partition]
 
     def fill(
         self, may_take: Callable[[int, int], bool], lists: list[list[api.TopicPartition]]
@@ -58,7 +60,8 @@ class _TopicState:
             room = self.room(member)
             if room == 0:
                 continue
-            chosen = [p for p in self.unassigned if may_take(member, p)][:room]
+            allowed = (p for p in self.unassigned if may_take(member, p))
+            chosen = list(itertools.islice(allowed, room))
             if chosen:
                 self.give(member, chosen, lists)
 
