@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "assign",
         help="assign partitions to members with one of the assignors",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", "").replace("::", ":"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--input", metavar="FILE", help="read the group from FILE, not stdin")
