@@ -30,13 +30,13 @@ async def test_the_coordinator_starts_once_kafka_is_up(kmock: kube.ApiServer) ->
         await asyncio.sleep(2)
         # kopf runs (its liveness endpoint would answer); the coordinator keeps retrying.
         assert operator.error is None
-        assert operator.memo.get(lifecycle.STATE_KEY) is None
+        assert lifecycle.started(operator.memo) is None
         with pytest.raises(OSError):
             await asyncio.open_connection("127.0.0.1", port)  # not ready for members yet
         await asyncio.to_thread(late.start)
         try:
             await operator.wait_for(
-                lambda: isinstance(operator.memo.get(lifecycle.STATE_KEY), lifecycle.OperatorState),
+                lambda: lifecycle.started(operator.memo) is not None,
                 within=60,
             )
             _, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -317,9 +317,7 @@ class RunningOperator:
         if not self.wait_for_coordinator:
             return self
         # Ready means kopf runs; the coordinator runs once it is stored in the memo.
-        await self.wait_for(
-            lambda: isinstance(self.memo.get(lifecycle.STATE_KEY), lifecycle.OperatorState), 60
-        )
+        await self.wait_for(lambda: lifecycle.started(self.memo) is not None, 60)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

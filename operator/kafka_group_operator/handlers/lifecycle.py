@@ -32,6 +32,7 @@ FINALIZER = f"{DOMAIN}/finalizer"
 # annotations such as kafkagroups.io/pause-reconciliation visible to the update handlers.
 KOPF_PREFIX = f"kopf.{DOMAIN}"
 STATE_KEY = "kafka_group_operator"
+SLOT_KEY = "kafka_group_operator_slot"
 CONFIG_KEY = "kafka_group_operator_config"
 KUBE_KEY = "kafka_group_operator_kube"
 STARTER_KEY = "kafka_group_operator_starter"
@@ -69,9 +70,27 @@ def kube_of(memo: Any) -> kube_client.KubeClient:
     return client
 
 
+@dataclass(slots=True)
+class _Slot:
+    """Where the running ``OperatorState`` appears once the coordinator has started.
+
+    kopf hands each resource's handlers a shallow copy of the memo, taken when it first sees
+    the resource; a slot placed in the memo at startup is shared by all those copies, so
+    the state set later is visible to every handler.
+    """
+
+    state: OperatorState | None = None
+
+
+def started(memo: Any) -> OperatorState | None:
+    """The running state, or ``None`` while the coordinator starts."""
+    slot = memo.get(SLOT_KEY)
+    return slot.state if isinstance(slot, _Slot) else None
+
+
 def state_of(memo: Any) -> OperatorState:
-    state = memo.get(STATE_KEY)
-    if not isinstance(state, OperatorState):
+    state = started(memo)
+    if state is None:
         raise kopf.TemporaryError("the coordinator is still starting", delay=2)
     return state
 
@@ -99,13 +118,16 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: 
     """
     configure_kopf(settings)
     config = config_of(memo)
+    kube_of(memo)
+    slot = _Slot()
+    memo[SLOT_KEY] = slot
     memo[STARTER_KEY] = asyncio.create_task(
-        _start_coordinator(config, memo, logger), name="coordinator starter"
+        _start_coordinator(config, memo, slot, logger), name="coordinator starter"
     )
 
 
 async def _start_coordinator(
-    config: operator_config.OperatorConfig, memo: Any, logger: Any
+    config: operator_config.OperatorConfig, memo: Any, slot: _Slot, logger: Any
 ) -> None:
     delay = 1.0
     while True:
@@ -133,13 +155,15 @@ async def _start_coordinator(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 60.0)
             continue
-        memo[STATE_KEY] = OperatorState(
+        slot.state = OperatorState(
             config=config,
             runtime=runtime,
             tokens=group_tokens,
             kube=kube_of(memo),
             api_runner=runner,
         )
+        # Code holding the operator's own memo (not a per-resource copy) may read it directly.
+        memo[STATE_KEY] = slot.state
         logger.info(
             "coordinator on state topic %s; member API on %s:%d",
             config.state_topic,
@@ -156,11 +180,12 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
         starter.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await starter
-    state = memo.get(STATE_KEY)
-    if isinstance(state, OperatorState):
+    state = started(memo)
+    if state is not None:
         await state.api_runner.cleanup()
         await state.runtime.stop()
         memo[STATE_KEY] = None
+        memo[SLOT_KEY] = None
         logger.info("coordinator stopped")
     await kube_of(memo).close()
 
@@ -211,4 +236,4 @@ def _data(data: str | bytes | None) -> bytes | None:
 @kopf.on.probe(id="coordinator")
 def coordinator_probe(memo: Any, **_: Any) -> bool:
     """Liveness detail: whether the embedded coordinator is running."""
-    return isinstance(memo.get(STATE_KEY), OperatorState)
+    return started(memo) is not None
