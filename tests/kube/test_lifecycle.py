@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
+import uuid
 
+import aiohttp
 import pytest
 
 from kafka_group_operator.embedded import broker as embedded
@@ -43,3 +48,65 @@ async def test_the_coordinator_starts_once_kafka_is_up(kmock: kube.ApiServer) ->
             writer.close()
         finally:
             late.stop()
+
+
+async def test_kgo_operator_command_runs_and_stops_cleanly(
+    kmock: kube.ApiServer, broker: embedded.EmbeddedBroker, topic: str
+) -> None:
+    """The real entry point (as the chart's Deployment runs it), stopped with SIGTERM."""
+    api_port, health_port = embedded.free_port(), embedded.free_port()
+    environment = {
+        **os.environ,
+        "KGO_BOOTSTRAP_SERVERS": broker.bootstrap,
+        "KGO_STATE_TOPIC": f"kgo-state-{uuid.uuid4().hex[:8]}",
+        "KGO_STATE_PARTITIONS": "1",
+        "KGO_API_HOST": "127.0.0.1",
+        "KGO_API_PORT": str(api_port),
+        "KGO_COORDINATOR_URL": f"http://127.0.0.1:{api_port}",
+        "KGO_KUBE_SERVER": str(kmock.url).rstrip("/"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kafka_group_operator", "operator",
+        f"--liveness=http://127.0.0.1:{health_port}/healthz",
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        health: dict[str, object] = {}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                try:
+                    async with session.get(f"http://127.0.0.1:{health_port}/healthz") as response:
+                        health = await response.json()
+                        if health.get("coordinator") is True:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            assert health.get("coordinator") is True, health
+            async with session.get(f"http://127.0.0.1:{api_port}/healthz") as response:
+                assert response.status == 200
+            body = {
+                "apiVersion": "kafkagroups.io/v1alpha1",
+                "kind": "ConsumerGroup",
+                "metadata": {"name": "orders", "namespace": "shop"},
+                "spec": {
+                    "topics": [topic],
+                    "kafka": {"bootstrapServers": broker.bootstrap},
+                    "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+                },
+            }
+            groups = "/apis/kafkagroups.io/v1alpha1/namespaces/shop/consumergroups"
+            async with session.post(f"{str(kmock.url).rstrip('/')}{groups}", json=body) as response:
+                assert response.status == 200
+        for _ in range(300):
+            if kmock.get("apps/v1/statefulsets", "shop", "orders") is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert kmock.get("apps/v1/statefulsets", "shop", "orders") is not None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, output.decode()[-3000:]
+    assert b"coordinator stopped" in output
