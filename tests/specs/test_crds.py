@@ -156,3 +156,26 @@ def test_a_stale_chart_crd_is_detected(tmp_path: Any) -> None:
     stale = tmp_path / chart.CHART_CRDS / "consumergroups.kafkagroups.io.yaml"
     stale.write_text(stale.read_text().replace("minimum: 0", "minimum: 1"))
     assert chart.differences(tmp_path) == ["consumergroups.kafkagroups.io.yaml"]
+
+
+def _unbounded(schema: dict[str, Any], path: str = "") -> Iterator[str]:
+    if schema.get("type") == "string" and "maxLength" not in schema and "enum" not in schema:
+        yield path
+    if schema.get("type") == "array" and "maxItems" not in schema:
+        yield path
+    if isinstance(schema.get("additionalProperties"), dict) and "maxProperties" not in schema:
+        yield path
+    for key, child in (schema.get("properties") or {}).items():
+        yield from _unbounded(child, f"{path}.{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            yield from _unbounded(schema[key], f"{path}[]")
+
+
+@pytest.mark.parametrize("plural", ["consumergroups", "offsetsnapshots"])
+def test_values_compared_by_cel_rules_are_bounded(plural: str) -> None:
+    """The API server rejects a CRD whose rules may cost too much: what they read is bounded."""
+    for node in _walk(kube_schema.schema_of(plural)):
+        rules = " ".join(rule["rule"] for rule in node.get("x-kubernetes-validations", ()))
+        if "oldSelf" in rules or "endsWith" in rules:
+            assert list(_unbounded(node)) == [], rules
