@@ -284,7 +284,7 @@ async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
 
         # The member confirms what it owns with its next heartbeats; the status follows.
         await heartbeat_until([first], reported)
-    assert "MemberRemoved" in event_reasons(kmock) or "Rebalance" in event_reasons(kmock)
+    await operator.wait_for(lambda: {"MemberRemoved", "Rebalance"} <= event_reasons(kmock))
     status = kmock.get(CG, NS, "orders")["status"]  # type: ignore[index]
     assert status["readyMembers"] == 1
     assert status["state"] == "Stable"

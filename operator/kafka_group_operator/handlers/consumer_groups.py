@@ -112,7 +112,7 @@ async def reconcile(
             group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
         )
         description = await refresh_status(state, group, body)
-        await remove_surplus_members(state, group, description)
+        await remove_surplus_members(state, group, description, body)
     except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
         kopf.warn(body, reason="ReconcileFailed", message=str(error))
         raise kopf.TemporaryError(
@@ -244,6 +244,7 @@ async def remove_surplus_members(
     state: lifecycle.OperatorState,
     group: specs.ConsumerGroupSpec,
     description: messages.GroupDescription | None,
+    owner: Mapping[str, Any],
 ) -> None:
     """Remove static members whose pod ordinal is at or above ``spec.replicas``."""
     if description is None:
@@ -256,9 +257,29 @@ async def remove_surplus_members(
         and ordinal >= group.replicas
     )
     if surplus:
-        await state.runtime.remove_members(
-            messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=surplus)
-        )
+        await remove_members(state, group, surplus, owner)
+
+
+async def remove_members(
+    state: lifecycle.OperatorState,
+    group: specs.ConsumerGroupSpec,
+    instance_ids: tuple[str, ...],
+    owner: Mapping[str, Any],
+) -> None:
+    """Permanent leave of ``instance_ids``; an Event for each member that was still there."""
+    results = await state.runtime.remove_members(
+        messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=instance_ids)
+    )
+    for instance_id in instance_ids:
+        # An error (UNKNOWN_MEMBER_ID) only says it was removed already, e.g. by a pod event.
+        if instance_id in results and results[instance_id] is None:
+            kopf.event(
+                kopf.Body(cast("kopf.RawBody", owner)),
+                type="Normal",
+                reason="MemberRemoved",
+                message=f"{instance_id} is beyond spec.replicas={group.replicas}: "
+                "its partitions move now",
+            )
 
 
 async def _patch_status(
@@ -321,7 +342,7 @@ async def observe(stopped: Any, body: kopf.Body, memo: Any, logger: Any, **_: An
                     )
                 last_epoch = description.group_epoch
             if not reconciliation_paused(body.get("metadata") or {}):
-                await remove_surplus_members(state, group, description)
+                await remove_surplus_members(state, group, description, body)
         except spec_errors.SpecError:
             pass  # reported by ``reconcile``
         except kopf.TemporaryError:
@@ -338,7 +359,6 @@ async def pod_event(
     namespace: str | None,
     labels: Mapping[str, str],
     memo: Any,
-    logger: Any,
     **_: Any,
 ) -> None:
     group_name = labels[consumer_group.GROUP_LABEL]
@@ -357,17 +377,7 @@ async def pod_event(
         # A live ordinal: a restart or failure is a temporary leave; the member keeps its
         # partitions for the session timeout.
         return
-    results = await state.runtime.remove_members(
-        messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=(name,))
-    )
-    if results.get(name) is None:
-        logger.info("pod %s is beyond %d replicas: its member left for good", name, group.replicas)
-        kopf.event(
-            kopf.Body(cast("kopf.RawBody", owner)),
-            type="Normal",
-            reason="MemberRemoved",
-            message=f"{name} is beyond spec.replicas={group.replicas}: its partitions move now",
-        )
+    await remove_members(state, group, (name,), owner)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
