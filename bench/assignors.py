@@ -383,10 +383,14 @@ def markdown(report: dict[str, Any]) -> str:
         "kafka-python's assignor of the same name on the same input (for `uniform`, its sticky",
         "assignor: it has no server-side one); a peer slower than a few seconds runs once under a",
         f"{report['peer_timeout_s']:.0f} s limit. Memory is tracemalloc's peak (MiB); balance is "
-        "max - min per member; moved counts owned partitions that changed owner. "
-        "`cooperative-sticky` withholds moving partitions for one round, so its balance is also "
-        "shown once settled. Java: Kafka's own assignors as quoted in the issue, not measured "
-        "here.",
+        "max - min per",
+        "member; moved counts owned partitions that changed owner. `cooperative-sticky` "
+        "withholds moving",
+        "partitions for one round, so its balance is also shown once settled. Java: Kafka's own "
+        "assignors",
+        "as quoted in the issue (same input sizes), not measured here. Incremental scenarios "
+        "start from one",
+        "common baseline (the sticky fresh assignment, generation 1) for every assignor.",
         "",
     ]
     for scenario in report["scenarios"]:
