@@ -194,3 +194,17 @@ def test_chart_readme_has_argo_cd_health_checks() -> None:
 
 def test_examples_directory_exists() -> None:
     assert Path(kube_schema.EXAMPLES / "consumergroup.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("spark.mode=yarn", "spark.mode"),
+        ("stateTopic.partitions=0", "stateTopic.partitions"),
+        ("logLevel=LOUD", "logLevel"),
+    ],
+)
+def test_values_schema_rejects_bad_values(value: str, message: str) -> None:
+    result = _helm("template", "kgo", str(CHART), *REQUIRED, "--set", value, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
