@@ -38,6 +38,18 @@ def test_the_pod_uid_is_the_member_id_when_given() -> None:
     assert loaded.member_id == "7c9e-uid"
 
 
+def test_optional_timing_variables() -> None:
+    loaded = config.MemberConfig.from_env(
+        {**POD_ENV, "KGO_SESSION_TIMEOUT_MS": "10000", "KGO_COMMIT_INTERVAL_MS": "250"}
+    )
+    # Partitions are given up at half the session timeout, well before the coordinator
+    # could hand them to another member.
+    assert loaded.lost_after_ms == 5000
+    assert loaded.commit_interval_ms == 250
+    with pytest.raises(config.ConfigError, match="KGO_SESSION_TIMEOUT_MS"):
+        config.MemberConfig.from_env({**POD_ENV, "KGO_SESSION_TIMEOUT_MS": "10s"})
+
+
 def test_overrides_win_over_the_environment() -> None:
     loaded = config.MemberConfig.from_env(POD_ENV, commit_interval_ms=100, instance_id=None)
     assert loaded.commit_interval_ms == 100

@@ -51,10 +51,7 @@ def member_main(argv: list[str]) -> int:
     parser.add_argument("--journal", type=Path, required=True)
     parser.add_argument("--work-ms", type=float, default=0.0, help="time spent per message")
     args = parser.parse_args(argv)
-    member_config = config.MemberConfig.from_env(
-        commit_interval_ms=int(os.environ.get("KGO_COMMIT_INTERVAL_MS", "1000")),
-        lost_after_ms=int(os.environ.get("KGO_LOST_AFTER_MS", "45000")),
-    )
+    member_config = config.MemberConfig.from_env()
     journal = args.journal.open("a", buffering=1)
 
     def write(event: Mapping[str, Any]) -> None:
@@ -293,7 +290,7 @@ class LocalGroup:
             "KGO_MEMBER_ID": self.pod_uids[instance],
             "KGO_INSTANCE_ID": instance,
             "KGO_COMMIT_INTERVAL_MS": "500",
-            "KGO_LOST_AFTER_MS": str(self.session_timeout_ms // 2),
+            "KGO_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
         }
 
     def journal_path(self, instance: str) -> Path:

@@ -12,6 +12,9 @@ In a consumer pod everything comes from the environment the operator injects:
 ``KAFKA_BOOTSTRAP_SERVERS`` the brokers to fetch from
 ``KGO_AUTO_OFFSET_RESET``   ``earliest`` or ``latest``, for partitions without a commit
 ``KGO_KAFKA_CONFIG_DIR``    a directory of librdkafka properties, one file per property
+``KGO_SESSION_TIMEOUT_MS``  optional: the group's session timeout; the member gives its
+                            partitions up after half of it without a heartbeat
+``KGO_COMMIT_INTERVAL_MS``  optional: how often processed offsets are committed
 ==========================  =================================================================
 
 Outside Kubernetes, build a ``MemberConfig`` directly.
@@ -61,9 +64,10 @@ class MemberConfig:
     rebalance_timeout_ms: int = 60_000
     commit_interval_ms: int = 5_000
     # Without a successful heartbeat for this long, the member assumes it has been fenced
-    # and stops processing its partitions (no zombie work). Keep it at or below the group's
-    # session timeout.
-    lost_after_ms: int = 45_000
+    # and stops processing its partitions (no zombie work). Keep it well below the group's
+    # session timeout (Kafka's default is 45 s), so the partitions are given up before the
+    # coordinator hands them to someone else.
+    lost_after_ms: int = 30_000
     request_timeout_s: float = 10.0
     poll_timeout_s: float = 0.1
 
@@ -76,6 +80,8 @@ class MemberConfig:
             raise ConfigError("at least one topic is required")
         if not self.bootstrap_servers:
             raise ConfigError("bootstrap_servers is required")
+        if self.lost_after_ms <= 0 or self.commit_interval_ms <= 0:
+            raise ConfigError("lost_after_ms and commit_interval_ms must be positive")
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}")
 
@@ -106,6 +112,17 @@ class MemberConfig:
             "auto_offset_reset": env.get("KGO_AUTO_OFFSET_RESET") or "earliest",
             "kafka_config": read_kafka_config_dir(Path(config_dir)) if config_dir else {},
         }
+        # name -> (field, divisor): partitions are given up at half the session timeout.
+        timings = {
+            "KGO_SESSION_TIMEOUT_MS": ("lost_after_ms", 2),
+            "KGO_COMMIT_INTERVAL_MS": ("commit_interval_ms", 1),
+        }
+        for name, (field_name, divisor) in timings.items():
+            if env.get(name):
+                try:
+                    values[field_name] = int(env[name]) // divisor
+                except ValueError:
+                    raise ConfigError(f"{name} must be a number of milliseconds") from None
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
 
