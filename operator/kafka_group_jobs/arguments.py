@@ -25,8 +25,8 @@ from kafka_group_jobs import topics
 
 RESULT_PREFIX = "KGO-RESULT "
 DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
-# Four tasks per million records: enough to keep two local cores and a few executors busy.
-RECORDS_PER_SPLIT = 250_000
+# Eight tasks per million records: enough to keep two local cores and a few executors busy.
+RECORDS_PER_SPLIT = 125_000
 
 _FILE_SETTINGS = {
     "ca.crt": "ssl.ca.location",

@@ -40,7 +40,9 @@ def compact(
     config = config or {}
     now = topics.now_ms() if now_ms is None else now_ms
     state, ends = arguments.read_state(spark, bootstrap, state_topic, config)
-    latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS)).cache()
+    # Materialized once: the state topic is read exactly once, whatever follows.
+    latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS))
+    latest = latest.localCheckpoint()
     tombstones = transforms.compaction_tombstones(latest, now, default_retention_ms).cache()
     doomed = [(row.partition, bytes(row.key)) for row in tombstones.collect()]
     kept = transforms.checkpoint_records(latest, tombstones if write_tombstones else _none(spark))
@@ -50,7 +52,6 @@ def compact(
     kept_count = spark.read.parquet(
         storage.spark_path(storage.join(output, checkpoint.RECORDS_FILE))
     ).count()
-    latest.unpersist()
     tombstones.unpersist()
     if write_tombstones and doomed:
         topics.produce(bootstrap, state_topic, ((p, key, None) for p, key in doomed), config)

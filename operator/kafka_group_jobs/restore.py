@@ -85,7 +85,8 @@ def plan(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, _ = arguments.read_state(spark, bootstrap, state_topic, config, [state_partition])
-    committed = transforms.group_offsets(state, group_id).cache()
+    # Materialized once: the state topic is read exactly once, whatever follows.
+    committed = transforms.group_offsets(state, group_id).localCheckpoint()
     saved: DataFrame | None = None
     if kind == "snapshot":
         if snapshot_location is None:
@@ -105,7 +106,6 @@ def plan(
         if saved is not None
         else []
     )
-    committed.unpersist()
     return [row.asDict() for row in rows], [row.asDict() for row in missing]
 
 

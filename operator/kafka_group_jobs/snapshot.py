@@ -45,13 +45,13 @@ def take(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, ends = arguments.read_state(spark, bootstrap, state_topic, config, [state_partition])
-    offsets = transforms.group_offsets(state, group_id, as_of_ms).cache()
+    # Materialized once: the state topic is read exactly once, whatever follows.
+    offsets = transforms.group_offsets(state, group_id, as_of_ms).localCheckpoint()
     committed = [(row.topic, row.partition, row.offset) for row in offsets.collect()]
     snapshot = transforms.with_lag(offsets, log_ends(spark, bootstrap, committed, config))
     snapshot.orderBy(*transforms.TOPIC_PARTITION).coalesce(1).write.mode("overwrite").parquet(
         storage.spark_path(storage.join(output, OFFSETS_FILE))
     )
-    offsets.unpersist()
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition, _ in sorted(committed):
         by_topic[topic].append(partition)

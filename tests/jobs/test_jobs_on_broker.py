@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from kafka_group_jobs import arguments, compaction, restore, snapshot, topics
+from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_records import checkpoint, codec, partitioning, records
 
@@ -304,3 +305,34 @@ def test_snapshot_main_runs_under_python_m(
     # The data topic does not exist (any more): the offset is kept, its lag is unknown.
     _, frame = snapshot.read(spark, out["location"])
     assert [(row.offset, row.lag) for row in frame.collect()] == [(2, None)]
+
+
+def test_restore_commits_through_the_coordinators_http_api(
+    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+) -> None:
+    """``--coordinator-url``: one administrative commit, accepted because the group is empty."""
+    local = demo.LocalGroup(
+        group=names["group"],
+        topic=names["data"],
+        partitions=DATA_PARTITIONS,
+        state_partitions=2,
+        directory=tmp_path,
+    )
+    local.start(broker)
+    try:
+        fill_data_topic(broker.bootstrap, local.topic)
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            assert restore.main([
+                "--bootstrap", broker.bootstrap, "--topic", f"{local.group}.group-state",
+                "--group", local.group, "--to", "offset", "--value", "7", "--topics", local.topic,
+                "--coordinator-url", local.coordinator_url, "--token", local.token,
+            ]) == 0  # fmt: skip
+        audit = arguments.parse_result(buffer.getvalue())
+        assert audit is not None
+        assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in audit["partitions"]] == [
+            (partition, None, 7) for partition in range(DATA_PARTITIONS)
+        ]
+        assert local.client().fetch() == {(local.topic, p): 7 for p in range(DATA_PARTITIONS)}
+    finally:
+        local.stop()

@@ -1,11 +1,12 @@
-"""An online reset of a live group: real member processes keep consuming through it.
+"""A snapshot, then an online restore of it while real member processes keep consuming.
 
-The operator runs against the API server with its embedded coordinator; two member processes
-(the demo's journaling member) consume a 4-partition topic. ``spec.offsetReset`` moves every
-partition back to offset 20: the coordinator pauses assignment, the members commit and
-release, the restore job plans on local Spark, the operator writes the plan, and the group
-resumes. Afterwards the members' journals must show every message from the new position on
-processed again, and nothing processed while the group was paused.
+The operator runs against the API server with its embedded coordinator (no spark-operator
+installed, so the jobs run on local Spark in subprocesses). The group's offsets start at 20;
+an OffsetSnapshot captures them. Two member processes (the demo's journaling member) then
+consume a 4-partition topic to its end. ``spec.offsetReset`` restores the snapshot: the
+coordinator pauses assignment, the members commit and release, the restore job plans, the
+operator writes the plan, and the group resumes. The members' journals must then show every
+message from offset 20 on processed exactly once more, and nothing before it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ pytestmark = [
     pytest.mark.broker,
     pytest.mark.slow,
     pytest.mark.kmock(cls=kube.ApiServer),
+    # Two local Spark runs (snapshot, restore plan) with their JVM starts, plus members.
+    pytest.mark.timeout(600),
 ]
 
 NS = handlers_test.NS
@@ -138,6 +141,24 @@ async def test_online_reset_with_members_consuming(
 ) -> None:
     await handlers_test.create_group(kmock, data_topic, broker.bootstrap, replicas=2)
     await operator.wait_for(lambda: operator.state.tokens.token_for(GROUP), 60)
+    await handlers_test.commit(operator, {(data_topic, p): RESET_TO for p in range(PARTITIONS)})
+
+    await handlers_test.create_snapshot(kmock, "before", f"file://{tmp_path}/snaps", "auto")
+
+    def snapshot_status() -> dict[str, Any]:
+        return handlers_test.status_of(kmock, handlers_test.SNAPSHOTS, "before")
+
+    await operator.wait_for(
+        lambda: snapshot_status().get("phase") in ("Succeeded", "Failed"), 240, 0.5
+    )
+    snapshot = snapshot_status()
+    assert snapshot["phase"] == "Succeeded", snapshot
+    assert snapshot["run"]["mode"] == "local"
+    assert (snapshot["records"], snapshot["partitions"]) == (PARTITIONS, PARTITIONS)
+    assert snapshot["location"] == f"file://{tmp_path}/snaps/{NS}/before"
+    ready = [c for c in snapshot["conditions"] if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"
+
     journals = [tmp_path / f"payments-{i}.jsonl" for i in range(2)]
     for index, journal in enumerate(journals):
         members.append(start_member(operator, broker, data_topic, f"payments-{index}", journal))
@@ -149,7 +170,7 @@ async def test_online_reset_with_members_consuming(
     await operator.wait_for(caught_up, 120, 0.5)
 
     reset_started = time.time()
-    reset = {"to": "offset", "offset": RESET_TO, "dryRun": False}
+    reset = {"to": "snapshot", "snapshot": "before", "dryRun": False}
     path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
     await handlers_test.request(kmock, "PATCH", path, {"spec": {"offsetReset": reset}})
 
@@ -160,9 +181,15 @@ async def test_online_reset_with_members_consuming(
     await operator.wait_for(lambda: last_reset().get("phase") in ("Done", "Failed"), 300, 0.5)
     audit = last_reset()
     assert audit["phase"] == "Done", audit
+    assert audit["target"] == reset
+    assert audit["clamped"] == 0
     assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in audit["partitions"]] == [
         (p, MESSAGES, RESET_TO) for p in range(PARTITIONS)
     ]
+
+    conditions = handlers_test.status_of(kmock, handlers_test.CG, "payments")["conditions"]
+    resetting = [c for c in conditions if c["type"] == "ResetInProgress"]
+    assert resetting[0]["status"] == "False"
 
     # The group resumes from the plan and works its way back to the end: every message from
     # the new position on is processed exactly once more, nothing before it.

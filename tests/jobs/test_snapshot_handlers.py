@@ -1,13 +1,13 @@
-"""The OffsetSnapshot and offsetReset handlers end to end: kopf against the API server, the
-embedded coordinator on the real broker, and the jobs on local Spark in subprocesses.
+"""The OffsetSnapshot handlers with the spark-operator installed: kopf against the API server
+and the embedded coordinator on the real broker.
 
-No spark-operator can run here, so in the SparkApplication test this test plays it: it sets
-``status.applicationState`` the way the spark-operator does, and the operator must mirror it.
+No spark-operator can run here, so this test plays it: it sets ``status.applicationState``
+the way the spark-operator does, and the operator must mirror it. The local-Spark path, with an
+online restore of the snapshot, is ``test_online_reset``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -144,13 +144,6 @@ async def commit(operator: kube.RunningOperator, offsets: dict[tuple[str, int], 
     assert not response.errors
 
 
-async def committed(operator: kube.RunningOperator) -> dict[tuple[str, int], int]:
-    fetched = await operator.call(
-        operator.state.runtime.fetch_offsets(messages.OffsetFetchRequest(group_id=f"{NS}.payments"))
-    )
-    return {tp: value.offset for tp, value in fetched.offsets.items()}
-
-
 async def set_application_state(api: kube.ApiServer, name: str, state: dict[str, str]) -> None:
     """What the spark-operator does as the application runs."""
     path = f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NS}/sparkapplications/{name}/status"
@@ -226,58 +219,3 @@ async def test_snapshot_as_a_spark_application_mirrored_and_retried(
     assert (status["records"], status["partitions"], status["checksum"]) == (2, 2, "sha256:00")
     ready = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
-
-
-@pytest.mark.kmock(cls=kube.ApiServer)
-async def test_local_snapshot_then_online_reset_to_it(
-    kmock: kube.ApiServer,
-    operator: kube.RunningOperator,
-    data_topic: str,
-    broker: Any,
-    tmp_path: Path,
-) -> None:
-    await create_group(kmock, data_topic, broker.bootstrap)
-    await operator.wait_for(lambda: status_of(kmock, CG, "payments").get("groupId"), 60)
-    await commit(operator, {(data_topic, 0): 4, (data_topic, 1): 6})
-
-    # No spark-operator here: the snapshot runs as local Spark in a subprocess.
-    await create_snapshot(kmock, "before", f"file://{tmp_path}", "auto")
-    await operator.wait_for(
-        lambda: status_of(kmock, SNAPSHOTS, "before").get("phase") in ("Succeeded", "Failed"),
-        240,
-        0.5,
-    )
-    status = status_of(kmock, SNAPSHOTS, "before")
-    assert status["phase"] == "Succeeded", status
-    assert (status["records"], status["partitions"]) == (2, 2)
-    assert status["location"] == f"file://{tmp_path}/{NS}/before"
-    assert status["run"]["mode"] == "local"
-
-    # The group moves on; then an online reset restores the snapshot.
-    await commit(operator, {(data_topic, 0): 9, (data_topic, 1): 1})
-    reset = {"to": "snapshot", "snapshot": "before", "dryRun": False}
-    group_path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
-    await request(kmock, "PATCH", group_path, {"spec": {"offsetReset": reset}})
-    await operator.wait_for(
-        lambda: (
-            (status_of(kmock, CG, "payments").get("lastReset") or {}).get("phase")
-            in ("Done", "Failed")
-        ),
-        240,
-        0.5,
-    )
-    last = status_of(kmock, CG, "payments")["lastReset"]
-    assert last["phase"] == "Done", last
-    assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in last["partitions"]] == [
-        (0, 9, 4),
-        (1, 1, 6),
-    ]
-    assert await committed(operator) == {(data_topic, 0): 4, (data_topic, 1): 6}
-    resetting = [
-        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
-    ]
-    assert resetting[0]["status"] == "False"
-    # Applied once per change: later timer ticks leave newer commits alone.
-    await commit(operator, {(data_topic, 0): 5})
-    await asyncio.sleep(7)
-    assert await committed(operator) == {(data_topic, 0): 5, (data_topic, 1): 6}

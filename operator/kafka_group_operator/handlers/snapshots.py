@@ -411,6 +411,14 @@ async def drive_offset_reset(
                 "phase": "Running",
             }
             return
+        if not dry_run:
+            # Re-asserted every tick: a reconcile that read the status before the pause began
+            # may have configured the group unpaused again.
+            await _set_paused(state, body, True)
+            if not consumer_groups.reset_in_progress(status):
+                patch.status["conditions"] = _reset_condition(
+                    status, True, "Pausing", "revoking every partition before the reset", generation
+                )
         if stage == "Pausing":
             try:
                 description = await state.runtime.describe_group(group.group_id)
