@@ -187,6 +187,9 @@ class CoordinatorRuntime:
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self._writer.stop)
         self._tasks.clear()
+        # confluent-kafka clients have no close(): dropping the last reference destroys the
+        # client, which otherwise keeps reconnecting to a broker that may be gone.
+        self._admin = None
 
     def partition_state(self, group_id: str) -> PartitionState:
         return self._partitions[self.partition_of(group_id)].state
