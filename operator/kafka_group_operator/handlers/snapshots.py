@@ -467,7 +467,8 @@ async def drive_offset_reset(
             patch.status["conditions"] = _reset_condition(
                 status, False, "Done", "offsets reset", generation
             )
-        patch.status["lastReset"] = {**progress, **audit, "stage": "Done", "phase": "Done"}
+        # The resource's own target and dryRun win over the plan-only job's view of them.
+        patch.status["lastReset"] = {**audit, **progress, "stage": "Done", "phase": "Done"}
     except (
         ResetFailed,
         coordinator_errors.CoordinatorError,
