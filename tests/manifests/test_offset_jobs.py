@@ -197,3 +197,9 @@ def test_scheduled_compaction_runs_into_its_own_checkpoint_directory() -> None:
         "--output",
         "s3a://b/ckpt/checkpoint-20261122T030000Z",
     ]
+
+
+def test_snapshot_status_of_an_unreadable_manifest_leaves_counts_unknown() -> None:
+    status = offset_jobs.snapshot_status({"location": "s3a://b/shop/nightly"})
+    assert (status["phase"], status["location"]) == ("Succeeded", "s3a://b/shop/nightly")
+    assert (status["records"], status["partitions"], status["takenAt"]) == (None, None, None)

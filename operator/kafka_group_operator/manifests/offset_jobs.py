@@ -121,7 +121,12 @@ def snapshot_status(result: Mapping[str, Any]) -> dict[str, Any]:
         "phase": "Succeeded",
         "location": result.get("location"),
         "records": result.get("records"),
-        "partitions": sum(len(parts) for parts in (result.get("partitions") or {}).values()),
+        # Unknown (None) when the manifest could not be read, as for a cluster run on S3.
+        "partitions": (
+            None
+            if result.get("partitions") is None
+            else sum(len(parts) for parts in result["partitions"].values())
+        ),
         "takenAt": result.get("takenAt"),
         "checksum": result.get("checksum"),
         "message": "",
