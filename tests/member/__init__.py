@@ -1,0 +1,1 @@
+"""Tests of the member library against a real coordinator process and the embedded broker."""

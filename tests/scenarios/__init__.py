@@ -1,0 +1,1 @@
+"""Multi-process scenarios: coordinator and member processes on the embedded broker."""
