@@ -22,9 +22,9 @@ Two paths, chosen like Kafka's two builders:
   C1's three go two to C2 and one to C0.
 * Unequal subscriptions: keep every claim, give each free partition to the least loaded
   subscriber (topics with the fewest subscribers first; an aligned one when it is as
-  little loaded), then move partitions, newly given ones before kept ones, from the most
-  loaded holder of a topic to its least loaded subscriber until every topic meets the rule
-  above. Each move lowers the sum of squared counts, so this ends. Claims are not moved for
+  little loaded), then, most loaded member first, move partitions (newly given ones before
+  kept ones) to the least loaded subscriber of a topic the giver holds while it has 2+
+  fewer. Each move lowers the sum of squared counts, so this ends. Claims are not moved for
   rack alignment here: without quotas, doing so can swap partitions back and forth between
   rounds.
 
@@ -280,8 +280,8 @@ def _assign_unequal(
     by_choice = sorted(subscribed, key=lambda topic: (len(subscribers[topic]), topic))
     for topic in by_choice:
         _give_free(topic, owner[topic], subscribers[topic], held, load, racks)
-    balancing = [topic for topic in by_choice if len(subscribers[topic]) > 1]
-    while sum(_balance_topic(topic, subscribers[topic], held, load) for topic in balancing):
+    shared = {topic: subscribers[topic] for topic in by_choice if len(subscribers[topic]) > 1}
+    while _balance_sweep(shared, topics_of, held, load):
         pass
 
     lists: list[list[api.TopicPartition]] = []
@@ -342,42 +342,56 @@ def _give_free(
         load[chosen] += 1
 
 
-def _balance_topic(
-    topic: str,
-    subscribers: list[int],
+def _balance_sweep(
+    shared: dict[str, list[int]],
+    topics_of: list[frozenset[str]],
     held: list[dict[str, list[api.TopicPartition]]],
     load: list[int],
 ) -> int:
-    """Move partitions of ``topic`` until its most loaded holder has at most one more
-    than its least loaded subscriber; returns the number of moves."""
-    most = [(-load[index], index) for index in subscribers if held[index].get(topic)]
-    if not most:
-        return 0
+    """One pass of moves, most loaded member first; returns the number of moves.
+
+    The most loaded member gives one partition to the least loaded subscriber of any topic
+    it holds, if that one has 2+ fewer, and goes back in line. Giving from the top keeps
+    moves to what balance needs: a member is never drained below what a later, more loaded
+    giver would have handed over anyway. A member that cannot give leaves the line; since
+    later moves can lower a subscriber's count, the caller repeats until a pass moves
+    nothing, and a pass that moves nothing is exactly the balance rule holding.
+    """
+    # Least loaded subscriber per shared topic; counts go up and down, so every change
+    # pushes a fresh entry and ``_lowest`` discards stale ones.
+    least = {
+        topic: [(load[index], index) for index in members] for topic, members in shared.items()
+    }
+    for entries in least.values():
+        heapq.heapify(entries)
+    most = [(-load[index], index) for index in range(len(load)) if load[index]]
     heapq.heapify(most)
-    least = [(load[index], index) for index in subscribers]
-    heapq.heapify(least)
     moves = 0
-    while True:
-        while True:
-            negative, giver = most[0]
-            if not held[giver].get(topic):
-                heapq.heappop(most)
-                if not most:
-                    return moves
-            elif -negative == load[giver]:
-                break
-            elif -negative > load[giver]:
-                heapq.heapreplace(most, (-load[giver], giver))
-            else:
-                heapq.heappop(most)
-        taker = _lowest(least, load)
-        if load[giver] <= load[taker] + 1:
-            return moves
+    while most:
+        negative, giver = heapq.heappop(most)
+        if -negative != load[giver]:
+            continue
+        best_topic = None
+        best_taker = giver
+        for topic, partitions in held[giver].items():
+            candidates = least.get(topic)
+            if candidates is None or not partitions:
+                continue
+            taker = _lowest(candidates, load)
+            if load[taker] < load[best_taker]:
+                best_topic, best_taker = topic, taker
+        if best_topic is None or load[giver] < load[best_taker] + 2:
+            continue
         # Newly given partitions sit at the end: they move before anything kept.
-        claim = held[giver][topic].pop()
-        held[taker].setdefault(topic, []).append(claim)
+        claim = held[giver][best_topic].pop()
+        held[best_taker].setdefault(best_topic, []).append(claim)
         load[giver] -= 1
-        load[taker] += 1
-        heapq.heappush(most, (-load[taker], taker))
-        heapq.heappush(least, (load[giver], giver))
+        load[best_taker] += 1
+        for topic in topics_of[giver]:
+            candidates = least.get(topic)
+            if candidates is not None:
+                heapq.heappush(candidates, (load[giver], giver))
+        heapq.heappush(most, (-load[giver], giver))
+        heapq.heappush(most, (-load[best_taker], best_taker))
         moves += 1
+    return moves
