@@ -103,6 +103,7 @@ class GroupMember:
             member_config.request_timeout_s,
         )
         self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         # Shared state, guarded by _lock.
         self._epoch = messages.JOIN_EPOCH
         self._interval_s = 1.0
@@ -368,6 +369,12 @@ class GroupMember:
     # ------------------------------------------------------------------------------ commits
 
     def _commit_now(self, partitions: Partitions | None) -> dict[TopicPartition, str]:
+        # One commit at a time, so that a slow asynchronous commit can never land after a
+        # newer one and move a committed offset backwards.
+        with self._commit_lock:
+            return self._commit_serialized(partitions)
+
+    def _commit_serialized(self, partitions: Partitions | None) -> dict[TopicPartition, str]:
         with self._lock:
             epoch = self._epoch
             pending = {
