@@ -180,6 +180,37 @@ def load(members: int) -> dict[str, Any]:
     }
 
 
+def committed_offsets_records(groups: int, partitions: int, commits: int) -> list[schema.Record]:
+    """Offset commits of ``groups`` member-less groups, each partition committed ``commits``
+    times, interleaved as commits arrive: what most of a state topic holds."""
+    log = []
+    for round_index in range(commits):
+        for group_index in range(groups):
+            for partition in range(partitions):
+                log.append(
+                    records.new_offset_commit_record(
+                        f"offsets-{group_index:04d}",
+                        TOPIC,
+                        partition,
+                        messages.CommitOffset(round_index * 1_000 + partition),
+                        1_000 + round_index,
+                    )
+                )
+    return log
+
+
+def load_offsets(groups: int, partitions: int, commits: int) -> dict[str, Any]:
+    log = committed_offsets_records(groups, partitions, commits)
+    seconds = median_seconds(lambda: loaded(log), repeat=5)
+    return {
+        "groups": groups,
+        "live_keys": groups * partitions,
+        "records": len(log),
+        "load_ms": round(seconds * 1e3, 2),
+        "records_per_s": round(len(log) / seconds),
+    }
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     sizes = (10, 1_000) if quick else (10, 1_000, 10_000)
@@ -204,9 +235,24 @@ def main(argv: list[str]) -> int:
     loads = [load(members) for members in sizes]
     for figures in loads:
         print(f"load {figures['members']} members: {figures['records_per_s']} records/s")
+    offset_loads = [load_offsets(100, 100, 2 if quick else 10)]
+    for figures in offset_loads:
+        print(
+            f"load {figures['records']} offset records ({figures['live_keys']} live keys): "
+            f"{figures['records_per_s']} records/s"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
-        json.dumps({"steady_heartbeat": heartbeats, "join": joins, "load": loads}, indent=2) + "\n"
+        json.dumps(
+            {
+                "steady_heartbeat": heartbeats,
+                "join": joins,
+                "load": loads,
+                "load_offsets": offset_loads,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     return 0
 

@@ -9,7 +9,10 @@ caller. Loading at start-up is the same ``replay`` over the topic, followed by
 This module routes: membership requests to ``membership``, offsets to ``offsets``, and each
 replayed record to the aggregate its key type names. Transition tables are enforced on live
 replay only (after ``on_loaded``); while loading, compacted records may arrive in an order
-that passes through meaningless intermediate states.
+that passes through meaningless intermediate states. Timers too are live-replay business:
+a loading replay arms none (most of a state topic is offset commits, and re-arming a
+group's retention deadline on each cost most of the load), and ``on_loaded`` arms every
+timer once from the loaded state, exactly as live replay would have left them.
 """
 
 from __future__ import annotations
@@ -198,7 +201,8 @@ class CoordinatorShard:
         key = record.key
         if isinstance(key, schema.OffsetCommitKey):
             self._offsets.replay(key, record.value)
-            self._rearm_retention(key.group)
+            if not self._loading:
+                self._rearm_retention(key.group)
             return
         if isinstance(key, schema.GroupMetadataKey | schema.LoadMarkerKey):
             # Classic groups are carried through, never interpreted; markers are the loader's.
@@ -210,6 +214,12 @@ class CoordinatorShard:
                 return
             existing = self._groups[group_id] = group.ConsumerGroup(group_id)
         existing.apply(record, strict=not self._loading)
+        if self._loading:
+            # No timer is armed while loading: ``on_loaded`` arms each one once, from the
+            # final state, instead of re-arming retention on every record of the log.
+            if existing.state is group_state.GroupState.DEAD:
+                del self._groups[group_id]
+            return
         if (
             isinstance(key, schema.ConsumerGroupMemberMetadataKey)
             and record.value is None
@@ -253,6 +263,10 @@ class CoordinatorShard:
 
     # -----------------------------------------------------------------------------------
     # Introspection
+
+    def armed_timers(self) -> dict[timers.TimerKey, timers.Armed]:
+        """Every armed soft deadline (session, rebalance, retention) by key."""
+        return self._deadlines.armed()
 
     def canonical_state(self) -> dict[str, Any]:
         """Every piece of hard state as plain, ordered data: equal states dump equal."""

@@ -84,6 +84,9 @@ class Deadlines:
     def get(self, key: TimerKey) -> Armed | None:
         return self._armed.get(key)
 
+    def armed(self) -> dict[TimerKey, Armed]:
+        return dict(self._armed)
+
     def clear(self) -> None:
         self._armed.clear()
         self._heap.clear()
