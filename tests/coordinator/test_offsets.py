@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_group_operator.coordinator import errors, messages, records
+from kafka_group_operator.coordinator import errors, messages, records, result
+from kafka_group_records import records as schema
 from tests.coordinator.harness import GROUP, TOPIC, Harness, parts
 
 DAY_MS = 24 * 3600 * 1000
@@ -179,3 +180,123 @@ def test_a_member_joining_in_time_keeps_the_offsets() -> None:
         *records.new_member_tombstones(GROUP, "m2")[:2],
     ]
     assert harness.shard.fetch_offsets(messages.OffsetFetchRequest(GROUP)).offsets
+
+
+AUDIT = "audit"
+RETENTION_MS = 20_000
+
+
+def moved_off_audit() -> Harness:
+    """m0 subscribed to events and audit, committed both, then dropped audit at +1 s."""
+    harness = Harness()
+    harness.topics({TOPIC: 2, AUDIT: 2})
+    harness.configure(
+        assignor="range", offsets_retention_ms=RETENTION_MS, session_timeout_ms=600_000
+    )
+    both = {TOPIC: frozenset({0, 1}), AUDIT: frozenset({0, 1})}
+    harness.heartbeat("m0", 0, topics=(TOPIC, AUDIT))
+    harness.heartbeat("m0", 1, owned=both)
+    harness.commit("m0", 1, {(TOPIC, 0): 10, (AUDIT, 0): 20, (AUDIT, 1): 21})
+    harness.now_ms += 1_000
+    harness.heartbeat("m0", 1, owned=both, topics=(TOPIC,))
+    harness.heartbeat("m0", 1, owned=parts(0, 1))
+    assert harness.shard.describe_group(GROUP).state == "Stable"
+    return harness
+
+
+def test_offsets_of_a_topic_no_member_subscribes_to_expire_from_their_commit() -> None:
+    harness = moved_off_audit()
+    committed_ms = harness.now_ms - 1_000
+    assert harness.shard.next_deadline_ms() == committed_ms + RETENTION_MS
+
+    assert harness.tick(RETENTION_MS - 1_001).records == []
+    expired = harness.tick(1)
+    assert expired.records == [
+        records.new_offset_commit_tombstone(GROUP, AUDIT, 0),
+        records.new_offset_commit_tombstone(GROUP, AUDIT, 1),
+    ]
+    # The subscribed topic's offset is as old, and stays; so does the group.
+    fetched = harness.shard.fetch_offsets(messages.OffsetFetchRequest(GROUP))
+    assert list(fetched.offsets) == [(TOPIC, 0)]
+    assert harness.tick(10 * RETENTION_MS).records == []
+    assert harness.shard.describe_group(GROUP).state == "Stable"
+    assert harness.replayed().canonical_state() == harness.shard.canonical_state()
+
+
+def test_subscribing_again_in_time_keeps_the_offsets() -> None:
+    harness = moved_off_audit()
+    harness.now_ms += RETENTION_MS - 2_000
+    harness.heartbeat("m0", 2, owned=parts(0, 1), topics=(TOPIC, AUDIT))
+    assert harness.tick(RETENTION_MS).records == []
+    fetched = harness.shard.fetch_offsets(messages.OffsetFetchRequest(GROUP))
+    assert list(fetched.offsets) == [(AUDIT, 0), (AUDIT, 1), (TOPIC, 0)]
+
+
+def test_a_newer_commit_of_an_unsubscribed_topic_postpones_only_its_own_expiry() -> None:
+    harness = moved_off_audit()
+    # A newer commit of one partition of the dropped topic, replayed as a record.
+    later = records.new_offset_commit_record(
+        GROUP, AUDIT, 1, messages.CommitOffset(30), harness.now_ms + 5_000
+    )
+    harness.apply(result.Result(None, [later]))
+    first_commit_ms = harness.now_ms - 1_000
+    assert harness.shard.next_deadline_ms() == first_commit_ms + RETENTION_MS
+    harness.now_ms = first_commit_ms
+    assert harness.tick(RETENTION_MS).records == [
+        records.new_offset_commit_tombstone(GROUP, AUDIT, 0)
+    ]
+    assert harness.shard.next_deadline_ms() == first_commit_ms + 6_000 + RETENTION_MS
+    assert harness.tick(6_000).records == [records.new_offset_commit_tombstone(GROUP, AUDIT, 1)]
+    assert harness.tick(10 * RETENTION_MS).records == []
+
+
+def explicit_record(topic: str, partition: int, expire_ms: int) -> schema.Record:
+    """An old version-1 offset commit, with its own expire timestamp."""
+    return schema.Record(
+        schema.OffsetCommitKey(GROUP, topic, partition),
+        schema.OffsetCommitValue(5, commit_timestamp=0, expire_timestamp=expire_ms),
+    )
+
+
+def test_an_explicit_expire_timestamp_decides_alone() -> None:
+    harness = moved_off_audit()
+    now = harness.now_ms
+    harness.apply(
+        result.Result(
+            None,
+            [
+                explicit_record(AUDIT, 0, now + 3_000),  # unsubscribed: expires at its time
+                explicit_record(TOPIC, 1, now + 1_000),  # subscribed: never expires
+            ],
+        )
+    )
+    assert harness.shard.next_deadline_ms() == now + 3_000
+    assert harness.tick(3_000).records == [records.new_offset_commit_tombstone(GROUP, AUDIT, 0)]
+    # audit-1 keeps its commit-timestamp deadline; events-1 is subscribed.
+    assert harness.shard.next_deadline_ms() == now - 1_000 + RETENTION_MS
+
+
+def test_an_explicit_expiry_outlives_its_empty_group() -> None:
+    harness = stable_pair()
+    harness.commit("m0", 2, {(TOPIC, 0): 10})
+    harness.heartbeat("m0", messages.LEAVE_EPOCH)
+    harness.heartbeat("m1", messages.LEAVE_EPOCH)
+    empty_since = harness.now_ms
+    harness.apply(result.Result(None, [explicit_record(TOPIC, 4, empty_since + 2 * DAY_MS)]))
+    assert harness.shard.next_deadline_ms() == empty_since + DAY_MS
+
+    expired = harness.tick(DAY_MS)
+    assert expired.records == [
+        records.new_offset_commit_tombstone(GROUP, TOPIC, 0),
+        records.new_target_assignment_epoch_tombstone(GROUP),
+        records.new_partition_metadata_tombstone(GROUP),
+        records.new_group_lifecycle_tombstone(GROUP),
+        records.new_group_epoch_tombstone(GROUP),
+    ]
+    fetched = harness.shard.fetch_offsets(messages.OffsetFetchRequest(GROUP))
+    assert list(fetched.offsets) == [(TOPIC, 4)]
+    assert harness.shard.next_deadline_ms() == empty_since + 2 * DAY_MS
+    assert harness.tick(DAY_MS - 1).records == []
+    assert harness.tick(1).records == [records.new_offset_commit_tombstone(GROUP, TOPIC, 4)]
+    assert harness.shard.next_deadline_ms() is None
+    assert harness.shard.list_groups() == [GROUP]  # the operator's settings stay

@@ -17,21 +17,30 @@ Commit rules (DESIGN §2, KIP-848's OffsetCommit v9+):
 * Metadata longer than 4096 UTF-8 bytes (``offset.metadata.max.bytes``) fails that
   partition with ``OFFSET_METADATA_TOO_LARGE``.
 
-Retention: a group that has been empty for ``offsets_retention_ms`` (from the lifecycle
-record's ``empty_since_ms``; for a group that never had members, from its latest commit)
-loses its offsets and its group records, all as tombstones. Its GroupConfig record stays:
-the operator's ConsumerGroup resource still exists and only ``delete_group`` removes it.
+Retention, as Kafka's ``OffsetMetadataManager#cleanupExpiredOffsets`` for KIP-848 groups,
+every expiry a tombstone:
+
+* A group that has been empty for ``offsets_retention_ms`` (from the lifecycle record's
+  ``empty_since_ms``, KIP-211; for a group that never had members, from its latest commit)
+  loses its offsets and its group records. Its GroupConfig record stays: the operator's
+  ConsumerGroup resource still exists and only ``delete_group`` removes it.
+* In a group with members, an offset of a topic no member subscribes to expires on its own,
+  ``offsets_retention_ms`` after its commit timestamp; offsets of subscribed topics never do.
+* An offset with an explicit expire timestamp (old version-1 records) expires when that
+  time comes, instead of by either rule above (and never while its topic is subscribed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from kafka_group_operator.coordinator import errors, group, messages, result
 from kafka_group_operator.coordinator import records as coordinator_records
 from kafka_group_records import records as schema
 
 MAX_METADATA_BYTES = 4096
+# An offset commit's expire timestamp when it carries none (every version but 1).
+NO_EXPIRY = -1
 
 TopicPartition = messages.TopicPartition
 # Why a partition may not be committed (a Kafka error name), or None when it may.
@@ -44,21 +53,43 @@ class OffsetStore:
     def __init__(self) -> None:
         self._offsets: dict[str, dict[TopicPartition, schema.OffsetCommitValue]] = {}
         self._latest_commit_ms: dict[str, int] = {}
+        # How many of a group's offsets carry an explicit expire timestamp (groups with
+        # none are absent): retention scans a member-less group's offsets only if any do.
+        self._explicit_expiries: dict[str, int] = {}
 
     def replay(self, key: schema.OffsetCommitKey, value: schema.RecordValue | None) -> None:
         partition = (key.topic, key.partition)
+        group_id = key.group
         if value is None:
-            committed = self._offsets.get(key.group)
+            committed = self._offsets.get(group_id)
             if committed is not None:
-                committed.pop(partition, None)
+                self._count_explicit(group_id, committed.pop(partition, None), -1)
                 if not committed:
-                    del self._offsets[key.group]
-                    self._latest_commit_ms.pop(key.group, None)
+                    del self._offsets[group_id]
+                    self._latest_commit_ms.pop(group_id, None)
             return
         assert isinstance(value, schema.OffsetCommitValue)
-        self._offsets.setdefault(key.group, {})[partition] = value
-        latest = self._latest_commit_ms.get(key.group, value.commit_timestamp)
-        self._latest_commit_ms[key.group] = max(latest, value.commit_timestamp)
+        committed = self._offsets.setdefault(group_id, {})
+        self._count_explicit(group_id, committed.get(partition), -1)
+        committed[partition] = value
+        self._count_explicit(group_id, value, 1)
+        latest = self._latest_commit_ms.get(group_id, value.commit_timestamp)
+        self._latest_commit_ms[group_id] = max(latest, value.commit_timestamp)
+
+    def _count_explicit(
+        self, group_id: str, value: schema.OffsetCommitValue | None, change: int
+    ) -> None:
+        if value is None or value.expire_timestamp == NO_EXPIRY:
+            return
+        count = self._explicit_expiries.get(group_id, 0) + change
+        if count:
+            self._explicit_expiries[group_id] = count
+        else:
+            del self._explicit_expiries[group_id]
+
+    def explicit_expiries(self, group_id: str) -> int:
+        """How many of the group's offsets carry an explicit expire timestamp."""
+        return self._explicit_expiries.get(group_id, 0)
 
     def committed(self, group_id: str) -> Mapping[TopicPartition, schema.OffsetCommitValue]:
         return self._offsets.get(group_id, {})
@@ -192,10 +223,23 @@ def _committed_offset(value: schema.OffsetCommitValue) -> messages.CommittedOffs
 def retention_deadline_ms(
     store: OffsetStore, existing: group.ConsumerGroup | None, group_id: str
 ) -> int | None:
-    """When the group's offsets and records expire, or None while it has members."""
+    """When something of the group expires next, or None if nothing ever will as it stands."""
+    deadline = group_expiry_ms(store, existing, group_id)
+    for _, offset_deadline in _expiring_alone(store, existing, group_id):
+        if deadline is None or offset_deadline < deadline:
+            deadline = offset_deadline
+    return deadline
+
+
+def group_expiry_ms(
+    store: OffsetStore, existing: group.ConsumerGroup | None, group_id: str
+) -> int | None:
+    """KIP-211: when an empty group loses its records and every offset without an explicit
+    expiry; None while it has members, or when it holds nothing of that kind."""
     if existing is not None and existing.members:
         return None
-    if not store.has_offsets(group_id) and not _has_group_records(existing):
+    expiring_with_group = len(store.committed(group_id)) - store.explicit_expiries(group_id)
+    if not expiring_with_group and not _has_group_records(existing):
         return None
     settings = existing.settings if existing is not None else group.DEFAULT_CONFIG
     if (
@@ -210,6 +254,62 @@ def retention_deadline_ms(
             return None
         base = latest
     return base + settings.offsets_retention_ms
+
+
+def expired(
+    store: OffsetStore, existing: group.ConsumerGroup | None, group_id: str, now_ms: int
+) -> tuple[list[schema.Record], bool]:
+    """Tombstones of the group's offsets expired at ``now_ms``, and whether the whole group
+    (its records too, which the caller tombstones) has expired."""
+    due = {
+        partition
+        for partition, deadline in _expiring_alone(store, existing, group_id)
+        if deadline <= now_ms
+    }
+    group_deadline = group_expiry_ms(store, existing, group_id)
+    group_expired = group_deadline is not None and group_deadline <= now_ms
+    if group_expired:
+        due.update(
+            partition
+            for partition, value in store.committed(group_id).items()
+            if value.expire_timestamp == NO_EXPIRY
+        )
+    records = [
+        coordinator_records.new_offset_commit_tombstone(group_id, topic, partition)
+        for topic, partition in sorted(due)
+    ]
+    return records, group_expired
+
+
+def may_expire_alone(existing: group.ConsumerGroup | None, topic: str) -> bool:
+    """Whether an offset of ``topic`` can expire by itself or move the group's deadline: not
+    while a member subscribes to the topic. Live replay skips re-arming retention otherwise."""
+    return existing is None or not existing.members or topic not in existing.subscribed_topics
+
+
+def _expiring_alone(
+    store: OffsetStore, existing: group.ConsumerGroup | None, group_id: str
+) -> Iterator[tuple[TopicPartition, int]]:
+    """The offsets that expire one by one, each with its deadline: in a group with members,
+    those of topics no member subscribes to; in any group, those with an explicit expiry."""
+    committed = store.committed(group_id)
+    if existing is not None and existing.members:
+        subscribed = existing.subscribed_topics
+        retention_ms = existing.settings.offsets_retention_ms
+        for partition, value in committed.items():
+            if partition[0] not in subscribed:
+                yield (
+                    partition,
+                    (
+                        value.commit_timestamp + retention_ms
+                        if value.expire_timestamp == NO_EXPIRY
+                        else value.expire_timestamp
+                    ),
+                )
+    elif store.explicit_expiries(group_id):
+        for partition, value in committed.items():
+            if value.expire_timestamp != NO_EXPIRY:
+                yield partition, value.expire_timestamp
 
 
 def offset_tombstones(store: OffsetStore, group_id: str) -> list[schema.Record]:

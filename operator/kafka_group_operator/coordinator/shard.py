@@ -41,6 +41,9 @@ _MEMBER_KEYS = (
     schema.ConsumerGroupCurrentMemberAssignmentKey,
 )
 
+# The records of a group with members that can move its retention deadline: subscriptions
+# decide which topics' offsets may expire, the configuration holds the retention.
+_RETENTION_KEYS = (schema.ConsumerGroupMemberMetadataKey, schema.GroupConfigKey)
 
 # How a static member that left with epoch -2 is described: it holds its partitions for the
 # session timeout but consumes nothing, so it must not look STABLE (ready) to the operator.
@@ -116,15 +119,17 @@ class CoordinatorShard:
         for key, armed in self._deadlines.due(now_ms):
             existing = self._groups.get(key.group_id)
             if key.kind is timers.TimerKind.RETENTION:
-                deadline = offsets.retention_deadline_ms(self._offsets, existing, key.group_id)
-                if deadline is None:
-                    self._deadlines.cancel(key)
-                elif deadline > now_ms:
-                    self._deadlines.arm(key, deadline)
+                tombstones, group_expired = offsets.expired(
+                    self._offsets, existing, key.group_id, now_ms
+                )
+                if group_expired and existing is not None:
+                    tombstones.extend(membership.group_tombstones(existing, keep_config=True))
+                if tombstones:
+                    # Stays armed: replaying the tombstones re-arms it (or the write failed
+                    # and the next call tries again).
+                    records.extend(tombstones)
                 else:
-                    records.extend(offsets.offset_tombstones(self._offsets, key.group_id))
-                    if existing is not None:
-                        records.extend(membership.group_tombstones(existing, keep_config=True))
+                    self._rearm_retention(key.group_id)
                 continue
             member = existing.members.get(key.member_id) if existing is not None else None
             expired = member is not None and (
@@ -201,7 +206,9 @@ class CoordinatorShard:
         key = record.key
         if isinstance(key, schema.OffsetCommitKey):
             self._offsets.replay(key, record.value)
-            if not self._loading:
+            if not self._loading and offsets.may_expire_alone(
+                self._groups.get(key.group), key.topic
+            ):
                 self._rearm_retention(key.group)
             return
         if isinstance(key, schema.GroupMetadataKey | schema.LoadMarkerKey):
@@ -229,6 +236,10 @@ class CoordinatorShard:
             self._deadlines.cancel(timers.rebalance_key(group_id, key.member_id))
         if existing.state is group_state.GroupState.DEAD:
             del self._groups[group_id]
+        elif existing.members and not isinstance(key, _RETENTION_KEYS):
+            # With members, only subscriptions and settings move the retention deadline;
+            # reconciliation records (most of them) leave it alone.
+            return
         self._rearm_retention(group_id)
 
     def on_loaded(self, now_ms: int) -> None:
