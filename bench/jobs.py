@@ -1,0 +1,387 @@
+"""Spark job benchmarks: snapshot and compaction on local Spark against a single-process peer.
+
+For each size (250k, 500k and 1M offset-commit records by default) a one-partition state topic
+is filled with commits of one group: 10 commits per live key (so 1M records hold 100k live
+keys), plus an expired group whose records compaction must drop. Then, on the same topic:
+
+* **snapshot**: ``python -m kafka_group_jobs.snapshot --master local[2]`` as a subprocess, so
+  the JVM start is included, against the **peer**: one Python process reading the partition
+  with confluent-kafka, decoding with the same decoder, keeping the newest commit per partition
+  and writing Parquet with pyarrow plus the same manifest. Both checksums must agree.
+* **compaction**: ``python -m kafka_group_jobs.compaction`` against the same peer doing the
+  newest-per-key, expiry and a sorted Parquet checkpoint. Record counts must agree. Neither
+  appends tombstones (``--no-tombstones``), so that every run sees the same topic.
+* **warm**: the same two jobs in one Spark session that is already running, per size: the
+  part of the cost that grows with the records, and how linearly it grows.
+* **loader start-up** with and without the checkpoint, at the largest size: read and compact
+  the whole partition up to a fresh marker, then decode the survivors (the runtime loader's own
+  ``compact`` and ``decode_survivors``); against reading the checkpoint with pyarrow and then
+  only the log after it. The runtime does not read checkpoints yet; this measures the work a
+  loader using the documented format would do.
+
+Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_group_jobs import columns, decoding, topics
+from kafka_group_jobs import storage as job_storage
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import loader
+from kafka_group_records import checkpoint, codec, records
+
+RESULTS = Path(__file__).parent / "results" / "jobs.json"
+SIZES = (250_000, 500_000, 1_000_000)
+QUICK_SIZES = (50_000, 100_000, 200_000)
+COMMITS_PER_KEY = 10
+TOPICS = 100
+GROUP = "bench-group"
+EXPIRED_GROUP = "bench-expired"
+EXPIRED_KEYS = 1_000
+NOW_MS = 1_800_000_000_000
+DAY_MS = 24 * 3600 * 1000
+
+
+# ----------------------------------------------------------------------------- the data
+
+
+def fill(bootstrap: str, topic: str, size: int) -> None:
+    """``size`` records on partition 0: commits of GROUP, then an expired group's records."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[
+        topic
+    ].result(30)
+    live = (size - EXPIRED_KEYS - 1) // COMMITS_PER_KEY
+    per_topic = max(live // TOPICS, 1)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
+    )
+
+    def send(record: records.Record) -> None:
+        key, value = codec.encode_record(record)
+        while True:
+            try:
+                producer.produce(topic, value, key, partition=0)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    for round_ in range(COMMITS_PER_KEY):
+        for index in range(live):
+            send(
+                records.Record(
+                    records.OffsetCommitKey(GROUP, f"t{index // per_topic}", index % per_topic),
+                    records.OffsetCommitValue(
+                        offset=round_ * 10 + index % 7, commit_timestamp=NOW_MS
+                    ),
+                )
+            )
+    for index in range(EXPIRED_KEYS):
+        send(
+            records.Record(
+                records.OffsetCommitKey(EXPIRED_GROUP, "t0", index),
+                records.OffsetCommitValue(offset=1, commit_timestamp=NOW_MS - 30 * DAY_MS),
+            )
+        )
+    send(
+        records.Record(
+            records.GroupLifecycleKey(EXPIRED_GROUP),
+            records.GroupLifecycleValue(NOW_MS - 30 * DAY_MS),
+        )
+    )
+    if producer.flush(120):
+        raise RuntimeError("the benchmark data was not fully written")
+
+
+def read_partition(bootstrap: str, topic: str, start: int, end: int) -> Iterator[Any]:
+    consumer = Consumer(topics.reader_config(bootstrap, {"fetch.max.bytes": str(64 << 20)}))
+    try:
+        for batch in topics.read_range(consumer, topic, 0, start, end):
+            yield from batch
+    finally:
+        consumer.close()
+
+
+# ----------------------------------------------------------------------------- the peer
+
+
+def peer_snapshot(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
+    """The snapshot job's work in one process: read, decode, newest per partition, write."""
+    ends = topics.mark_ends(bootstrap, topic, {}, [0])
+    latest: dict[tuple[str, int], columns.Row] = {}
+    for message in read_partition(bootstrap, topic, 0, ends[0]):
+        row = decoding.decode_row(
+            0, message.offset(), message.timestamp()[1], message.key(), message.value()
+        )
+        if row[5] != columns.OFFSET_COMMIT or row[6] != GROUP:
+            continue
+        if row[4] is None:
+            latest.pop((row[7], row[8]), None)
+        else:
+            latest[(row[7], row[8])] = row
+    committed = sorted((t, p, row[9]) for (t, p), row in latest.items())
+    live_topics = topics.topic_partitions(bootstrap, sorted({t for t, _, _ in committed}))
+    marks = topics.watermarks(bootstrap, live_topics)
+    table = pa.table(
+        {
+            "topic": [t for t, _, _ in committed],
+            "partition": pa.array([p for _, p, _ in committed], pa.int32()),
+            "offset": pa.array([o for _, _, o in committed], pa.int64()),
+            "log_end_offset": pa.array(
+                [marks.get((t, p), (None, None))[1] for t, p, _ in committed], pa.int64()
+            ),
+        }
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, output / "offsets.parquet")
+    manifest = {
+        "records": len(committed),
+        "checksum": job_storage.offsets_checksum(committed),
+        "stateTopic": {"topic": topic, "endOffsets": {"0": ends[0]}},
+    }
+    (output / "manifest.json").write_text(json.dumps(manifest))
+    return manifest
+
+
+def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
+    """The compaction job's work in one process: newest per key, expiry, sorted checkpoint."""
+    ends = topics.mark_ends(bootstrap, topic, {}, [0])
+    latest: dict[bytes, columns.Row] = {}
+    for message in read_partition(bootstrap, topic, 0, ends[0]):
+        row = decoding.decode_row(
+            0, message.offset(), message.timestamp()[1], message.key(), message.value()
+        )
+        latest[row[3]] = row
+    live = {key: row for key, row in latest.items() if row[4] is not None}
+    retention = {row[6]: row[13] for row in live.values() if row[5] == columns.GROUP_CONFIG}
+    expired = {
+        row[6]
+        for row in live.values()
+        if row[5] == columns.GROUP_LIFECYCLE
+        and row[14] is not None
+        and row[14] >= 0
+        and NOW_MS - row[14] >= (retention.get(row[6]) or 7 * DAY_MS)
+    }
+    kept = sorted(
+        (row for row in live.values() if row[5] != columns.LOAD_MARKER),
+        key=lambda row: (row[0], row[1]),
+    )
+    table = pa.table(
+        {
+            "partition": pa.array([row[0] for row in kept], pa.int32()),
+            "offset": pa.array([row[1] for row in kept], pa.int64()),
+            "key": pa.array([row[3] for row in kept], pa.binary()),
+            "value": pa.array([row[4] for row in kept], pa.binary()),
+        }
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, output / checkpoint.RECORDS_FILE)
+    manifest = checkpoint.CheckpointManifest(topic, {0: ends[0]}, len(kept), 0, NOW_MS)
+    (output / checkpoint.MANIFEST_FILE).write_text(
+        json.dumps(checkpoint.manifest_document(manifest))
+    )
+    return {"records": len(kept), "expiredGroups": sorted(expired)}
+
+
+# ----------------------------------------------------------------------------- the jobs
+
+
+def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments, "--master", "local[2]"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{job} failed:\n{done.stderr[-3000:]}")
+    line = [text for text in done.stdout.splitlines() if text.startswith("KGO-RESULT ")][-1]
+    result: dict[str, Any] = json.loads(line.removeprefix("KGO-RESULT "))
+    return elapsed, result
+
+
+def timed(function: Any, *arguments: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = function(*arguments)
+    return time.perf_counter() - started, result
+
+
+# ----------------------------------------------------------------------------- the loader
+
+
+def load_whole_log(bootstrap: str, topic: str) -> int:
+    end = topics.mark_ends(bootstrap, topic, {}, [0])[0]
+    survivors = loader.compact(
+        (m.key(), m.value()) for m in read_partition(bootstrap, topic, 0, end)
+    )
+    return len(loader.decode_survivors(survivors, 0))
+
+
+def load_with_checkpoint(bootstrap: str, topic: str, location: Path) -> int:
+    manifest = checkpoint.parse_manifest((location / checkpoint.MANIFEST_FILE).read_text())
+    table = pq.read_table(location / checkpoint.RECORDS_FILE, columns=["key", "value"])
+    survivors: dict[bytes, bytes | None] = dict(
+        zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
+    )
+    end = topics.mark_ends(bootstrap, topic, {}, [0])[0]
+    tail = (
+        (m.key(), m.value()) for m in read_partition(bootstrap, topic, manifest.tail_start(0), end)
+    )
+    for key, value in tail:
+        if key == loader.MARKER_KEY:
+            continue
+        survivors.pop(key, None)
+        survivors[key] = value
+    return len(loader.decode_survivors({k: v for k, v in survivors.items() if v is not None}, 0))
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def measure(bootstrap: str, size: int, work: Path, with_loader: bool) -> dict[str, Any]:
+    topic = f"bench-jobs-{size}"
+    fill(bootstrap, topic, size)
+    common = ["--bootstrap", bootstrap, "--topic", topic]
+    spark_snapshot_s, spark_snapshot = run_job(
+        "snapshot", [*common, "--group", GROUP, "--output", f"file://{work}/snap-{size}"]
+    )
+    peer_snapshot_s, peer_snap = timed(peer_snapshot, bootstrap, topic, work / f"peer-snap-{size}")
+    if spark_snapshot["checksum"] != peer_snap["checksum"]:
+        raise RuntimeError("the snapshot job and its peer disagree")
+    compaction_args = [*common, "--output", f"file://{work}/ckpt-{size}", "--no-tombstones"]
+    spark_compaction_s, spark_compaction = run_job(
+        "compaction", [*compaction_args, "--now-ms", str(NOW_MS)]
+    )
+    peer_compaction_s, peer_compact = timed(
+        peer_compaction, bootstrap, topic, work / f"peer-ckpt-{size}"
+    )
+    if spark_compaction["records"] != peer_compact["records"]:
+        raise RuntimeError("the compaction job and its peer disagree")
+    result: dict[str, Any] = {
+        "records": size,
+        "live_keys": spark_snapshot["records"],
+        "snapshot": {
+            "spark_s": round(spark_snapshot_s, 2),
+            "peer_s": round(peer_snapshot_s, 2),
+            "spark_records_per_s": round(size / spark_snapshot_s),
+            "peer_records_per_s": round(size / peer_snapshot_s),
+            "ratio": round(spark_snapshot_s / peer_snapshot_s, 2),
+        },
+        "compaction": {
+            "spark_s": round(spark_compaction_s, 2),
+            "peer_s": round(peer_compaction_s, 2),
+            "spark_records_per_s": round(size / spark_compaction_s),
+            "peer_records_per_s": round(size / peer_compaction_s),
+            "ratio": round(spark_compaction_s / peer_compaction_s, 2),
+            "checkpoint_records": spark_compaction["records"],
+        },
+    }
+    if with_loader:
+        without_s, loaded = timed(load_whole_log, bootstrap, topic)
+        with_s, loaded_again = timed(load_with_checkpoint, bootstrap, topic, work / f"ckpt-{size}")
+        if loaded != loaded_again:
+            raise RuntimeError(f"loader states differ: {loaded} vs {loaded_again}")
+        result["loader"] = {
+            "without_checkpoint_s": round(without_s, 2),
+            "with_checkpoint_s": round(with_s, 2),
+            "speedup": round(without_s / with_s, 1),
+        }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def measure_warm(bootstrap: str, sizes: tuple[int, ...], work: Path) -> list[dict[str, Any]]:
+    """The same jobs in one already started session: the cost that grows with the records."""
+    from kafka_group_jobs import compaction, session, snapshot
+
+    spark = session.build_session("kafka-group-jobs-bench", "local[2]")
+    try:
+        warm = []
+        for size in sizes:
+            topic = f"bench-jobs-{size}"
+            snapshot_s, _ = timed(
+                snapshot.take, spark, bootstrap, topic, GROUP, f"file://{work}/warm-snap-{size}"
+            )
+            compaction_s, _ = timed(
+                compaction.compact,
+                spark,
+                bootstrap,
+                topic,
+                f"file://{work}/warm-ckpt-{size}",
+                NOW_MS,
+                7 * DAY_MS,
+                False,
+            )
+            warm.append(
+                {
+                    "records": size,
+                    "snapshot_s": round(snapshot_s, 2),
+                    "snapshot_records_per_s": round(size / snapshot_s),
+                    "compaction_s": round(compaction_s, 2),
+                    "compaction_records_per_s": round(size / compaction_s),
+                }
+            )
+            print(json.dumps(warm[-1]), flush=True)
+        return warm
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str]) -> int:
+    sizes = QUICK_SIZES if "--quick" in argv else SIZES
+    runs = []
+    with embedded.running_broker() as broker, tempfile.TemporaryDirectory() as work:
+        for size in sizes:
+            runs.append(measure(broker.bootstrap, size, Path(work), size == sizes[-1]))
+        warm = measure_warm(broker.bootstrap, sizes, Path(work))
+    largest = runs[-1]
+    first = runs[0]
+    growth = largest["records"] / first["records"]
+    scaling = {
+        job: round((largest[job]["spark_s"] / first[job]["spark_s"]) / growth, 2)
+        for job in ("snapshot", "compaction")
+    }
+    warm_scaling = {
+        job: round((warm[-1][f"{job}_s"] / warm[0][f"{job}_s"]) / growth, 2)
+        for job in ("snapshot", "compaction")
+    }
+    summary = {
+        "benchmark": "jobs",
+        "master": "local[2]",
+        "runs": runs,
+        "targets": {"ratio_max": 1.5, "loader_speedup_min": 5.0},
+        # time(largest)/time(smallest) divided by records(largest)/records(smallest): 1.0 is
+        # linear; below 1 the fixed JVM start is still a large share of the smallest run.
+        "scaling_vs_linear": scaling,
+        # The same jobs in a session already running (no JVM start): the part that grows.
+        "warm_runs": warm,
+        "warm_scaling_vs_linear": warm_scaling,
+        # The machine is shared: the load average says how contended the two cores were.
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary["scaling_vs_linear"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
