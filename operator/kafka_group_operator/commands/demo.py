@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,6 +195,8 @@ class LocalGroup:
     state_partitions: int = 3
     work_ms: float = 0.0
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kgo-demo-")))
+    # Journals and logs are removed on stop unless kept (to look at after a failure).
+    keep_directory: bool = field(default_factory=lambda: bool(os.environ.get("KGO_KEEP_FILES")))
     broker: embedded.EmbeddedBroker | None = None
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
@@ -358,6 +361,8 @@ class LocalGroup:
                 self.coordinator.wait()
             self.coordinator = None
         self._exit.close()
+        if not self.keep_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> LocalGroup:
         return self
