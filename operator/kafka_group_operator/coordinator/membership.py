@@ -21,6 +21,8 @@ its own heartbeats (``reconciliation``), revoking before anything is handed over
 
 from __future__ import annotations
 
+import itertools
+import operator
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -44,9 +46,13 @@ MemberState = group_state.MemberState
 Subscription = schema.ConsumerGroupMemberMetadataValue
 T = TypeVar("T")
 
-# Cooperative assignors hold back a partition that moves between members for one round; the
-# coordinator does the revoke-before-assign itself, so it reruns the assignor (owned = the
-# previous round) until everything is assigned. Two rounds suffice; the cap guards the loop.
+# A target is not handed out at once: reconciliation revokes every partition before it
+# assigns it elsewhere. So a cooperative assignor's hold-back round (for clients that would
+# otherwise own a partition twice) only delays a complete target; its eager twin computes
+# the same balanced, sticky target in one call.
+_EAGER_TWINS = {"cooperative-sticky": "sticky"}
+# An assignor without a twin that still holds partitions back is rerun (owned = the previous
+# round) until everything is assigned. Two rounds suffice; the cap guards the loop.
 _MAX_ASSIGNOR_ROUNDS = 3
 
 
@@ -569,6 +575,7 @@ class Membership:
         assignor = self._assignors.get(settings.assignor)
         if assignor is None:
             raise errors.UnsupportedAssignor(f"Assignor {settings.assignor!r} is not supported.")
+        assignor = self._assignors.get(_EAGER_TWINS.get(settings.assignor, ""), assignor)
         names = {metadata.topic_id: name for name, metadata in topics.items()}
         subscribed = {
             name
@@ -596,7 +603,7 @@ class Membership:
             for topic_id, parts in candidate.target.items():
                 name = names.get(topic_id)
                 if name is not None:
-                    owned.extend([(name, partition) for partition in sorted(parts)])
+                    owned.extend(zip(itertools.repeat(name), sorted(parts)))
             members[member_id] = assignor_api.MemberSubscription(
                 topics=member_topics,
                 owned=tuple(owned),
@@ -604,11 +611,8 @@ class Membership:
                 rack=candidate.subscription.rack_id,
                 instance_id=candidate.subscription.instance_id,
             )
-        total = sum(
-            partitions_per_topic[name]
-            for name in partitions_per_topic
-            if any(name in member.topics for member in members.values())
-        )
+        # Every topic in partitions_per_topic has a subscriber, by construction.
+        total = sum(partitions_per_topic.values())
         generation = assignment_epoch
         spec = assignor_api.GroupSpec(members, partitions_per_topic, partition_racks)
         for _ in range(_MAX_ASSIGNOR_ROUNDS):
@@ -630,13 +634,14 @@ class Membership:
                 partition_racks,
             )
         ids = {name: metadata.topic_id for name, metadata in topics.items()}
+        by_topic, partition_of = operator.itemgetter(0), operator.itemgetter(1)
         targets: dict[str, TopicIdAssignment] = {}
         for member_id in candidates:
-            # Group by name first: str hashes are cached, UUID hashes are computed each time.
-            collected: dict[str, list[int]] = {}
-            for name, partition in assigned.get(member_id, ()):
-                collected.setdefault(name, []).append(partition)
-            targets[member_id] = {ids[name]: frozenset(parts) for name, parts in collected.items()}
+            # An assignor's lists are sorted by (topic, partition): one run per topic.
+            targets[member_id] = {
+                ids[name]: frozenset(map(partition_of, run))
+                for name, run in itertools.groupby(assigned.get(member_id, ()), by_topic)
+            }
         return targets
 
     def _candidates(
