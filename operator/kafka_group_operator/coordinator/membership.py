@@ -554,7 +554,11 @@ class Membership:
         records = [
             coordinator_records.new_target_assignment_record(group_id, member_id, target)
             for member_id, target in sorted(targets.items())
-            if candidates[member_id].target != target or self._is_new_target(group_id, member_id)
+            if (
+                candidates[member_id].target is not target
+                and candidates[member_id].target != target
+            )
+            or self._is_new_target(group_id, member_id)
         ]
         records.append(
             coordinator_records.new_target_assignment_epoch_record(group_id, group_epoch)
@@ -592,6 +596,9 @@ class Membership:
         # Members mostly share a few subscriptions: build each topic set once.
         topic_sets: dict[tuple[str, ...], frozenset[str]] = {}
         members: dict[str, assignor_api.MemberSubscription] = {}
+        # Members whose whole current target is in their ``owned``: when the assignor gives
+        # exactly that back (most members of a rebalance), the target mapping is reused.
+        whole: set[str] = set()
         for member_id, candidate in candidates.items():
             names_subscribed = candidate.subscription.subscribed_topic_names
             member_topics = topic_sets.get(names_subscribed)
@@ -600,10 +607,15 @@ class Membership:
                     frozenset(names_subscribed) & subscribed
                 )
             owned: list[assignor_api.TopicPartition] = []
+            is_whole = True
             for topic_id, parts in candidate.target.items():
                 name = names.get(topic_id)
-                if name is not None:
+                if name is None or not parts:
+                    is_whole = False
+                else:
                     owned.extend(zip(itertools.repeat(name), sorted(parts)))
+            if is_whole:
+                whole.add(member_id)
             members[member_id] = assignor_api.MemberSubscription(
                 topics=member_topics,
                 owned=tuple(owned),
@@ -636,11 +648,15 @@ class Membership:
         ids = {name: metadata.topic_id for name, metadata in topics.items()}
         by_topic, partition_of = operator.itemgetter(0), operator.itemgetter(1)
         targets: dict[str, TopicIdAssignment] = {}
-        for member_id in candidates:
+        for member_id, candidate in candidates.items():
+            given = assigned.get(member_id, ())
+            if member_id in whole and members[member_id].owned == tuple(given):
+                targets[member_id] = candidate.target
+                continue
             # An assignor's lists are sorted by (topic, partition): one run per topic.
             targets[member_id] = {
                 ids[name]: frozenset(map(partition_of, run))
-                for name, run in itertools.groupby(assigned.get(member_id, ()), by_topic)
+                for name, run in itertools.groupby(given, by_topic)
             }
         return targets
 
