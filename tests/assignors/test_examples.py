@@ -235,3 +235,22 @@ def test_sticky_moves_misaligned_claims_to_their_rack() -> None:
         {"m1": [], "m2": []},
         aligned,
     ]
+
+
+@pytest.mark.parametrize("name", ["sticky", "cooperative-sticky"])
+def test_misaligned_claims_stay_when_no_aligned_member_has_room(name: str) -> None:
+    """A and B (rack a) each hold one partition on rack a and one on racks b and c; C (rack
+    c) is full. Dropping those claims for alignment would only swap them between A and B."""
+    racks = [frozenset({"c"}), frozenset({"a"}), frozenset({"a"})] + [frozenset({"b", "c"})] * 2
+    owned = {"A": (("t0", 1), ("t0", 4)), "B": (("t0", 2), ("t0", 3)), "C": (("t0", 0),)}
+    group = api.GroupSpec(
+        members={
+            member: Member(frozenset({"t0"}), claims, 1, "c" if member == "C" else "a")
+            for member, claims in owned.items()
+        },
+        partitions_per_topic={"t0": 5},
+        partition_racks={"t0": racks},
+    )
+    assert assignors.get(name).assign(group) == {
+        member: sorted(claims) for member, claims in owned.items()
+    }

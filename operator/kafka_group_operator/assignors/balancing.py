@@ -199,9 +199,7 @@ def _deal_aligned(
         room[index] = min(need[index], max(0, low_quota - len(claims.kept[index])))
         if rack is not None and room[index] > 0:
             waiting[rack].append(index)
-    if not waiting:
-        return
-    for topic in topics:
+    for topic in topics if waiting else ():
         slots = owner[topic]
         for partition, holder in enumerate(slots):
             if holder >= 0:
@@ -218,7 +216,17 @@ def _deal_aligned(
                 if room[index] > 0:
                     queue.append(index)
                 break
-    # A freed, misaligned claim nobody aligned could take returns to its previous holder.
+    _return_unplaced(claims, topics, need, fresh)
+
+
+def _return_unplaced(
+    claims: common.Claims,
+    topics: list[str],
+    need: list[int],
+    fresh: list[list[api.TopicPartition]],
+) -> None:
+    """A freed, misaligned claim that no aligned member took returns to its holder."""
+    owner = claims.owner
     claimant = claims.claimant
     for topic in topics:
         slots = owner[topic]
@@ -357,6 +365,11 @@ def _balance_sweep(
     later moves can lower a subscriber's count, the caller repeats until a pass moves
     nothing, and a pass that moves nothing is exactly the balance rule holding.
     """
+    # Only a member 2+ above the least loaded possible taker can give: usually none or few.
+    floor = min((load[i] for i, topics in enumerate(topics_of) if topics), default=0)
+    givers = [index for index in range(len(load)) if load[index] >= floor + 2]
+    if not givers:
+        return 0
     # Least loaded subscriber per shared topic; counts go up and down, so every change
     # pushes a fresh entry and ``_lowest`` discards stale ones.
     least = {
@@ -364,7 +377,7 @@ def _balance_sweep(
     }
     for entries in least.values():
         heapq.heapify(entries)
-    most = [(-load[index], index) for index in range(len(load)) if load[index]]
+    most = [(-load[index], index) for index in givers]
     heapq.heapify(most)
     moves = 0
     while most:
