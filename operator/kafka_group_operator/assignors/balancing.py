@@ -93,7 +93,7 @@ def _racks(
         member_racks, sorted(subscribed), spec.partitions_per_topic, spec.partition_racks
     ):
         return None
-    return common.Racks(True, member_racks, spec.partition_racks)
+    return common.Racks(member_racks, spec.partition_racks)
 
 
 def _drop_misaligned_claims(

@@ -106,9 +106,8 @@ def sorted_assignment(
 
 @dataclass(frozen=True, slots=True)
 class Racks:
-    """Rack information of one assignment; ``enabled`` is Kafka's rack-aware decision."""
+    """The racks of the members (by position) and of each partition's replicas."""
 
-    enabled: bool
     member_racks: Sequence[str | None]
     partition_racks: Mapping[str, Sequence[frozenset[str]]]
 

@@ -77,7 +77,7 @@ class RangeAssignor:
         subscribers = common.subscribers_by_topic(topics_of)
         lists: list[list[api.TopicPartition]] = [[] for _ in order]
         member_racks = [subscription.rack for subscription in subscriptions]
-        racks = common.Racks(True, member_racks, spec.partition_racks)
+        racks = common.Racks(member_racks, spec.partition_racks)
         aware: set[str] = set()
         if any(rack is not None for rack in member_racks):
             aware = {
