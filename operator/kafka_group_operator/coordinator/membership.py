@@ -694,14 +694,25 @@ class Membership:
         stored = self._group_topics(existing)
         source = feed if feed is not None else stored
         topics = {name: source[name] for name in sorted(names) if name in source}
-        if existing is not None:
-            held: set[uuid.UUID] = set()
-            for member_id, member in existing.members.items():
-                if member_id not in leaving:
-                    held.update(member.assigned.keys(), member.pending_revocation.keys())
+        unsubscribed = (
+            {}
+            if existing is None
+            else {
+                topic_id: metadata
+                for topic_id, metadata in existing.topics.items()
+                if metadata.topic_name not in topics
+            }
+        )
+        if existing is not None and unsubscribed:
+            # Usually every recorded topic is still subscribed and nothing is scanned.
+            held = {
+                topic_id
+                for (topic_id, _), owner in existing.owners.items()
+                if topic_id in unsubscribed and owner not in leaving
+            }
             for topic_id in held:
-                metadata = existing.topics.get(topic_id)
-                if metadata is None or metadata.topic_name in topics:
+                metadata = unsubscribed[topic_id]
+                if metadata.topic_name in topics:
                     continue
                 if feed is not None:
                     # A deleted (or re-created) topic's partitions are gone: nothing to keep.
