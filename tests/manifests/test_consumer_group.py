@@ -55,6 +55,7 @@ GROUP_ENV = [
     {"name": "KGO_TOPICS", "value": "orders,refunds"},
     {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka:9092"},
     {"name": "KGO_AUTO_OFFSET_RESET", "value": "earliest"},
+    {"name": "KGO_SESSION_TIMEOUT_MS", "value": "45000"},
 ]
 LABELS = {
     "app.kubernetes.io/name": "kafka-group-consumer",

@@ -31,6 +31,7 @@ INJECTED_ENV = (
     "KGO_TOPICS",
     "KAFKA_BOOTSTRAP_SERVERS",
     "KGO_AUTO_OFFSET_RESET",
+    "KGO_SESSION_TIMEOUT_MS",
     "KGO_KAFKA_CONFIG_DIR",
 )
 
@@ -199,6 +200,9 @@ def _injected_env(
         {"name": "KGO_TOPICS", "value": ",".join(group.topics)},
         {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": group.kafka.bootstrap_servers},
         {"name": "KGO_AUTO_OFFSET_RESET", "value": group.auto_offset_reset},
+        # A member that loses the coordinator gives its partitions up before the session
+        # expires and they move to another member: no double processing.
+        {"name": "KGO_SESSION_TIMEOUT_MS", "value": str(group.session_timeout_seconds * 1000)},
     ]
     if group.kafka.secret_name is not None:
         env.append({"name": "KGO_KAFKA_CONFIG_DIR", "value": KAFKA_CONFIG_DIR})
