@@ -298,14 +298,10 @@ def _expiring_alone(
         retention_ms = existing.settings.offsets_retention_ms
         for partition, value in committed.items():
             if partition[0] not in subscribed:
-                yield (
-                    partition,
-                    (
-                        value.commit_timestamp + retention_ms
-                        if value.expire_timestamp == NO_EXPIRY
-                        else value.expire_timestamp
-                    ),
-                )
+                if value.expire_timestamp == NO_EXPIRY:
+                    yield partition, value.commit_timestamp + retention_ms
+                else:
+                    yield partition, value.expire_timestamp
     elif store.explicit_expiries(group_id):
         for partition, value in committed.items():
             if value.expire_timestamp != NO_EXPIRY:
