@@ -18,7 +18,6 @@ import aiohttp
 import attrs
 import jsonschema
 import pytest
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kmock._internal import k8s
@@ -26,13 +25,13 @@ from kmock._internal import k8s
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config as operator_config
+from tests.schemas import spark_operator
 from tests.support import kube
 
 NS = "shop"
 CG = "kafkagroups.io/v1alpha1/consumergroups"
 SNAPSHOTS = "kafkagroups.io/v1alpha1/offsetsnapshots"
 SPARK_APPS = "sparkoperator.k8s.io/v1beta2/sparkapplications"
-CRD_PATH = Path(__file__).parent.parent / "schemas" / "sparkoperator.k8s.io_sparkapplications.yaml"
 
 pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.slow]
 
@@ -170,10 +169,8 @@ async def test_snapshot_as_a_spark_application_mirrored_and_retried(
     )
     application = kmock.get(SPARK_APPS, NS, first)
     assert application is not None
-    crd = yaml.load(CRD_PATH.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    jsonschema.Draft7Validator(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]).validate(
-        application
-    )
+    schema = spark_operator.spark_application_schema()
+    jsonschema.Draft7Validator(schema).validate(application)
     owner = kmock.get(SNAPSHOTS, NS, "nightly")
     assert owner is not None
     assert application["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from kafka_group_operator.manifests import spark_application
-
-CRD_PATH = Path(__file__).parent.parent / "schemas" / "sparkoperator.k8s.io_sparkapplications.yaml"
+from tests.schemas import spark_operator
 
 OWNER = {
     "apiVersion": "kafkagroups.io/v1alpha1",
@@ -25,11 +22,7 @@ DEFAULTS = spark_application.SparkSettings(
 
 @pytest.fixture(scope="module")
 def schema() -> dict[str, Any]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(CRD_PATH.read_text(), Loader=loader)
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
-    found: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return found
+    return spark_operator.spark_application_schema()
 
 
 def unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
