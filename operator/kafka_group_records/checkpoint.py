@@ -13,9 +13,10 @@ How a loader uses it, per state partition ``p``: decode and replay the checkpoin
 ``p`` in order (each is the newest live value of its key up to the covered end), then consume
 the log from ``endOffsets[p]`` to its end and replay that as usual. The result equals replaying
 the whole log, because every key's newest record before the end is in the checkpoint and
-everything after it is replayed. A partition missing from ``endOffsets`` is loaded from the
-start of the log. A checkpoint whose ``topic`` differs, or whose ``endOffsets[p]`` is beyond
-the log's end (the topic was recreated), must be ignored.
+everything after it is replayed. ``endOffsets`` names every partition of the topic it was
+taken from. A checkpoint whose ``topic`` differs, whose partitions are not exactly the
+loader's (another partition count places groups elsewhere), or whose ``endOffsets[p]`` is
+beyond the log's end (the topic was recreated), must be ignored.
 
 Pure: JSON in and out; reading Parquet is the caller's business (pyarrow or Spark).
 """
@@ -78,3 +79,15 @@ def parse_manifest(text: str) -> CheckpointManifest:
         if isinstance(error, CheckpointError):
             raise
         raise CheckpointError(f"not a checkpoint manifest: {error}") from error
+
+
+def check_fits(manifest: CheckpointManifest, topic: str, partitions: int) -> None:
+    """``CheckpointError`` unless the checkpoint was taken from ``topic`` with ``partitions``
+    partitions (the log-end check needs the log, so it is the loader's)."""
+    if manifest.topic != topic:
+        raise CheckpointError(f"checkpoint of topic {manifest.topic!r}, not {topic!r}")
+    if set(manifest.end_offsets) != set(range(partitions)):
+        raise CheckpointError(
+            f"checkpoint covers {len(manifest.end_offsets)} partitions, not exactly the "
+            f"{partitions} of the topic"
+        )

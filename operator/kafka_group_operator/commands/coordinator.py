@@ -58,6 +58,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--min-insync-replicas", type=int, default=1)
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
     parser.add_argument("--groups", type=Path, help="JSON file {group: settings}")
+    parser.add_argument("--checkpoint", help="compaction checkpoint(s) to load from (dir, file://)")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run)
 
@@ -97,6 +98,7 @@ async def serve(args: argparse.Namespace) -> None:
             partitions=args.partitions,
             replication_factor=args.replication_factor,
             min_insync_replicas=args.min_insync_replicas,
+            checkpoint_uri=args.checkpoint,
             # Serve while loading: members get COORDINATOR_LOAD_IN_PROGRESS and retry.
             wait_until_loaded=False,
         )

@@ -43,6 +43,9 @@ class OperatorConfig:
     # An explicit API server (out-of-cluster runs, tests); else in-cluster or kubeconfig login.
     kube_server: str | None = None
     namespaces: tuple[str, ...] = ()
+    # Where the coordinator finds compaction checkpoints to start from (those of scheduled
+    # compaction unless set apart); only local directories are read.
+    checkpoint_uri: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -68,6 +71,10 @@ class OperatorConfig:
             namespaces=tuple(
                 ns.strip() for ns in env.get("KGO_WATCH_NAMESPACES", "").split(",") if ns.strip()
             ),
+            checkpoint_uri=(
+                env.get("KGO_CHECKPOINT_URI") or env.get("KGO_COMPACTION_STORAGE_URI") or ""
+            ).strip()
+            or None,
         )
 
 

@@ -139,6 +139,7 @@ async def _start_coordinator(
                 replication_factor=config.replication_factor,
                 min_insync_replicas=config.min_insync_replicas,
                 kafka_config=dict(config.kafka_config),
+                checkpoint_uri=config.checkpoint_uri,
             )
         )
         group_tokens = tokens.GroupTokens()

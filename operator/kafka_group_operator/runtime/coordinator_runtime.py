@@ -80,6 +80,9 @@ class RuntimeConfig:
     wait_until_loaded: bool = True
     assignors: Mapping[str, assignors_api.PartitionAssignor] | None = None
     clock_ms: Callable[[], int] = wall_clock_ms
+    # Compaction checkpoints (a local directory or file:// URI of one checkpoint or of the
+    # scheduled runs' ``checkpoint-*`` directories): loads start from the newest usable one.
+    checkpoint_uri: str | None = None
 
 
 class PartitionState(enum.Enum):
@@ -136,6 +139,8 @@ class CoordinatorRuntime:
             state_writer=self._writer,
             kafka_config=config.kafka_config,
             clock_ms=config.clock_ms,
+            partition_count=config.partitions,
+            checkpoint_uri=config.checkpoint_uri,
         )
         self._partitions: list[_Partition] = []
         self._tasks: set[asyncio.Task[None]] = set()

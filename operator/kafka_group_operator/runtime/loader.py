@@ -13,12 +13,20 @@ decoded and replayed, so a log that was never compacted loads into the same stat
 compacted one, and loading costs one dict update per record plus one decode per live key.
 Markers themselves are never replayed. Unknown record types are skipped with a warning, as
 Kafka's loader does; any other undecodable record fails that partition's load.
+
+With a compaction checkpoint configured, each partition starts from the checkpoint's
+survivors instead of from nothing, and the log is read from the first offset the checkpoint
+does not cover; compaction then continues over that tail exactly as over the whole log, so the
+result is the same. A partition whose marker lands before that offset (the topic was
+recreated under the checkpoint) drops the checkpoint and is read from the start; a missing,
+unreadable or unfitting checkpoint means reading every partition from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -27,7 +35,7 @@ from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from kafka_group_operator.runtime import errors, writer
+from kafka_group_operator.runtime import checkpoints, errors, writer
 from kafka_group_records import codec, records
 
 logger = logging.getLogger(__name__)
@@ -95,8 +103,13 @@ class PartitionLoader:
         kafka_config: Mapping[str, str],
         clock_ms: Callable[[], int],
         retry_backoff_s: float = 0.5,
+        partition_count: int | None = None,
+        checkpoint_uri: str | None = None,
     ) -> None:
         self.topic = topic
+        # Checkpoints are used only when the topic's partition count is known to match.
+        self._checkpoint_uri = checkpoint_uri if partition_count is not None else None
+        self._partition_count = partition_count or 0
         self._writer = state_writer
         self._clock_ms = clock_ms
         self._retry_backoff_s = retry_backoff_s
@@ -111,8 +124,13 @@ class PartitionLoader:
             **kafka_config,
         }
 
-    async def write_markers(self, nonces: Mapping[int, str]) -> None:
-        """Append each partition's marker, retrying while the brokers are away."""
+    async def write_markers(
+        self,
+        nonces: Mapping[int, str],
+        written: queue.SimpleQueue[tuple[int, int]] | None = None,
+    ) -> None:
+        """Append each partition's marker, retrying while the brokers are away; report each
+        marker's offset to ``written``."""
 
         async def one(partition: int, nonce: str) -> None:
             encoded = codec.encode_record(
@@ -123,7 +141,9 @@ class PartitionLoader:
             # Writing the same marker twice is harmless: the first one ends the read.
             while True:
                 try:
-                    await self._writer.append(partition, [encoded])
+                    offset = await self._writer.append(partition, [encoded])
+                    if written is not None:
+                        written.put((partition, offset))
                     return
                 except errors.WriteFailed as error:
                     logger.warning("load marker for partition %d not written: %s", partition, error)
@@ -142,16 +162,17 @@ class PartitionLoader:
         nonces = {partition: uuid.uuid4().hex for partition in partitions}
         loop = asyncio.get_running_loop()
         stop = threading.Event()
+        markers: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
 
         def finished(partition: int, outcome: T | BaseException) -> None:
             loop.call_soon_threadsafe(on_loaded, partition, outcome)
 
         # Reading starts while the markers are written: the reader needs only the nonces.
         reading = asyncio.ensure_future(
-            asyncio.to_thread(self._read, nonces, build, finished, stop)
+            asyncio.to_thread(self._read, nonces, markers, build, finished, stop)
         )
         try:
-            await self.write_markers(nonces)
+            await self.write_markers(nonces, markers)
             await reading
         finally:
             stop.set()
@@ -161,19 +182,37 @@ class PartitionLoader:
     def _read(
         self,
         nonces: dict[int, str],
+        markers: queue.SimpleQueue[tuple[int, int]],
         build: Callable[[int, list[records.Record]], T],
         finished: Callable[[int, T | BaseException], None],
         stop: threading.Event,
     ) -> None:
         started = time.monotonic()
+        survivors: dict[int, dict[bytes, bytes | None]] = {p: {} for p in nonces}
+        # Where each partition's read starts: after what the checkpoint covers, or at 0.
+        starts = dict.fromkeys(nonces, 0)
+        seeded = dict.fromkeys(nonces, 0)
+        if self._checkpoint_uri is not None:
+            found = checkpoints.newest(
+                self._checkpoint_uri, self.topic, self._partition_count, list(nonces)
+            )
+            if found is not None:
+                logger.info("loading from compaction checkpoint %s", found.location)
+                for index in nonces:
+                    survivors[index] = found.survivors.get(index, {})
+                    starts[index] = found.manifest.tail_start(index)
+                    seeded[index] = len(survivors[index])
         consumer = Consumer(self._consumer_config)
         try:
             consumer.assign(
-                [TopicPartition(self.topic, partition, OFFSET_BEGINNING) for partition in nonces]
+                [
+                    TopicPartition(self.topic, index, starts[index] or OFFSET_BEGINNING)
+                    for index in nonces
+                ]
             )
-            survivors: dict[int, dict[bytes, bytes | None]] = {p: {} for p in nonces}
             read = 0
             while survivors and not stop.is_set():
+                self._check_markers(consumer, markers, survivors, starts, seeded)
                 batch = consumer.consume(_CONSUME_BATCH, 0.2)
                 read += len(batch)
                 for message in batch:
@@ -191,9 +230,12 @@ class PartitionLoader:
                             consumer.incremental_unassign([TopicPartition(self.topic, partition)])
                             finished(partition, self._build(partition, log, build))
                             logger.info(
-                                "state partition %d loaded: %d live keys, %.2fs",
+                                "state partition %d loaded: %d live keys (%d from the "
+                                "checkpoint, log read from offset %d), %.2fs",
                                 partition,
                                 len(log),
+                                seeded[partition],
+                                starts[partition],
                                 time.monotonic() - started,
                             )
                         continue
@@ -204,6 +246,36 @@ class PartitionLoader:
             logger.info("read %d state records in %.2fs", read, time.monotonic() - started)
         finally:
             consumer.close()
+
+    def _check_markers(
+        self,
+        consumer: Consumer,
+        markers: queue.SimpleQueue[tuple[int, int]],
+        survivors: dict[int, dict[bytes, bytes | None]],
+        starts: dict[int, int],
+        seeded: dict[int, int],
+    ) -> None:
+        """A marker written before where a partition's read starts means the log is shorter
+        than the checkpoint says: that read would never reach the marker, and the checkpoint
+        is of another log. Read that partition from the start instead."""
+        while True:
+            try:
+                partition, offset = markers.get_nowait()
+            except queue.Empty:
+                return
+            if partition not in survivors or offset >= starts[partition]:
+                continue
+            logger.warning(
+                "state partition %d ends at offset %d, before the %d the checkpoint covers "
+                "(the topic was recreated?): loading it from the log alone",
+                partition,
+                offset,
+                starts[partition],
+            )
+            survivors[partition] = {}
+            starts[partition] = seeded[partition] = 0
+            consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+            consumer.incremental_assign([TopicPartition(self.topic, partition, OFFSET_BEGINNING)])
 
     @staticmethod
     def _is_marker(value: bytes | None, nonce: str) -> bool:

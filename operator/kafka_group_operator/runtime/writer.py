@@ -35,18 +35,20 @@ _PRODUCER_STATE_LOST = frozenset(
 
 
 class _Append:
-    """One append: resolves its future when the last of its records is acknowledged."""
+    """One append: resolves its future, with the last record's offset, when the last of its
+    records is acknowledged."""
 
-    __slots__ = ("failure", "future", "loop", "remaining", "writer_broken")
+    __slots__ = ("failure", "future", "last_offset", "loop", "remaining", "writer_broken")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, count: int, writer_broken: threading.Event
     ) -> None:
         self.loop = loop
         self.writer_broken = writer_broken
-        self.future: asyncio.Future[None] = loop.create_future()
+        self.future: asyncio.Future[int] = loop.create_future()
         self.remaining = count
         self.failure: KafkaError | None = None
+        self.last_offset = -1
 
     def delivered(self, error: KafkaError | None, message: Message) -> None:
         # Runs in the poll thread; only counts there and hands the outcome to the loop.
@@ -54,6 +56,10 @@ class _Append:
             self.failure = error
             if error.fatal() or error.code() in _PRODUCER_STATE_LOST:
                 self.writer_broken.set()
+        elif error is None:
+            offset = message.offset()
+            if offset is not None and offset > self.last_offset:
+                self.last_offset = offset
         self.remaining -= 1
         if self.remaining == 0:
             self.loop.call_soon_threadsafe(self._settle)
@@ -62,7 +68,7 @@ class _Append:
         if self.future.done():
             return
         if self.failure is None:
-            self.future.set_result(None)
+            self.future.set_result(self.last_offset)
         else:
             self.future.set_exception(
                 errors.WriteFailed(
@@ -113,12 +119,13 @@ class StateWriter:
             if producer is not None:
                 producer.poll(0.1)
 
-    async def append(self, partition: int, batch: Sequence[EncodedRecord]) -> None:
-        """Produce ``batch`` to ``partition`` in order; return once all are acknowledged."""
+    async def append(self, partition: int, batch: Sequence[EncodedRecord]) -> int:
+        """Produce ``batch`` to ``partition`` in order; once all are acknowledged, return the
+        offset of the last one (-1 for an empty batch)."""
         if self._producer is None:
             raise errors.WriteFailed("the state writer is stopped", "COORDINATOR_NOT_AVAILABLE")
         if not batch:
-            return
+            return -1
         if self._broken.is_set():
             self._replace_producer()
         pending = _Append(asyncio.get_running_loop(), len(batch), self._broken)
@@ -143,7 +150,7 @@ class StateWriter:
             raise errors.WriteFailed(
                 f"cannot queue state records: {error}", "INVALID_RECORD"
             ) from error
-        await pending.future
+        return await pending.future
 
     def _replace_producer(self) -> None:
         logger.warning("the state producer hit a fatal error; starting a new one")

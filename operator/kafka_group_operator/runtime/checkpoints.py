@@ -1,0 +1,145 @@
+"""Compaction checkpoints on the coordinator's side: find the newest usable one, read it.
+
+The format is ``kafka_group_records.checkpoint``; this module does the I/O with pyarrow. A
+checkpoint location is a local directory (``file://`` URI or plain path) holding either one
+checkpoint or, as scheduled compaction leaves them, several ``checkpoint-<UTC stamp>``
+directories, of which the newest usable one is taken. A checkpoint is complete once its
+manifest exists: the compaction job writes the Parquet first.
+
+Anything wrong with a checkpoint (missing, unreadable, another topic or partition count) is a
+``checkpoint.CheckpointError``; the loader then reads the log from its start, which is always
+correct, only slower.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kafka_group_records import checkpoint
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    location: Path
+    manifest: checkpoint.CheckpointManifest
+    # partition -> key -> value: each key's newest live record up to the covered end, in
+    # offset order, exactly the survivors a full read of those offsets would leave.
+    survivors: dict[int, dict[bytes, bytes | None]]
+
+
+def local_directory(uri: str) -> Path:
+    """The directory of a ``file://`` URI or plain path; other storage is not read here."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise checkpoint.CheckpointError(f"file URI with a remote host: {uri}")
+        return Path(urllib.parse.unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(uri)
+    raise checkpoint.CheckpointError(
+        f"checkpoints are read from local directories only, not {parsed.scheme}:// ({uri})"
+    )
+
+
+def candidates(directory: Path) -> list[Path]:
+    """Complete checkpoints at ``directory``, newest first."""
+    if (directory / checkpoint.MANIFEST_FILE).is_file():
+        return [directory]
+    if not directory.is_dir():
+        return []
+    found = [
+        child
+        for child in directory.iterdir()
+        if child.name.startswith(CHECKPOINT_PREFIX) and (child / checkpoint.MANIFEST_FILE).is_file()
+    ]
+    # The stamps are zero-padded UTC times: name order is time order.
+    return sorted(found, key=lambda child: child.name, reverse=True)
+
+
+def read(location: Path, topic: str, partitions: int, wanted: Collection[int]) -> Checkpoint:
+    """The checkpoint at ``location``, holding only the rows of the ``wanted`` partitions."""
+    try:
+        manifest = checkpoint.parse_manifest(
+            (location / checkpoint.MANIFEST_FILE).read_text(encoding="utf-8")
+        )
+        checkpoint.check_fits(manifest, topic, partitions)
+        table = pq.read_table(
+            location / checkpoint.RECORDS_FILE,
+            columns=list(checkpoint.RECORD_COLUMNS),
+            filters=[("partition", "in", sorted(wanted))],
+        )
+    except (OSError, pa.ArrowException) as error:
+        raise checkpoint.CheckpointError(f"unreadable checkpoint {location}: {error}") from error
+    if len(wanted) == partitions and table.num_rows != manifest.records:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {location} holds {table.num_rows} records, its manifest says "
+            f"{manifest.records}"
+        )
+    # Spark writes the rows sorted, but as several files: the order is established here.
+    table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    survivors: dict[int, dict[bytes, bytes | None]] = {partition: {} for partition in wanted}
+    columns = (table.column(name).to_pylist() for name in ("partition", "offset", "key", "value"))
+    for partition, offset, key, value in zip(*columns, strict=True):
+        if value is None or key is None:
+            raise checkpoint.CheckpointError(
+                f"checkpoint {location}: partition {partition} offset {offset} has no key or value"
+            )
+        if offset >= manifest.tail_start(partition):
+            raise checkpoint.CheckpointError(
+                f"checkpoint {location}: offset {offset} of partition {partition} is past the "
+                "offsets it covers"
+            )
+        survivors[partition][key] = value
+    return Checkpoint(location, manifest, survivors)
+
+
+def newest(uri: str, topic: str, partitions: int, wanted: Collection[int]) -> Checkpoint | None:
+    """The newest usable checkpoint at ``uri`` for these partitions, or None (logged)."""
+    try:
+        found = candidates(local_directory(uri))
+    except checkpoint.CheckpointError as error:
+        logger.warning("no compaction checkpoint used: %s; loading the whole log", error)
+        return None
+    for location in found:
+        try:
+            return read(location, topic, partitions, wanted)
+        except checkpoint.CheckpointError as error:
+            logger.warning("compaction checkpoint not used: %s", error)
+    logger.warning("no usable compaction checkpoint at %s; loading the whole log", uri)
+    return None
+
+
+def write(
+    location: Path,
+    manifest: checkpoint.CheckpointManifest,
+    rows: Iterable[tuple[int, int, bytes, bytes]],
+) -> None:
+    """Writes a checkpoint of ``(partition, offset, key, value)`` rows as the compaction job
+    does (one Parquet file rather than Spark's directory of them; readers take either)."""
+    ordered = sorted(rows, key=lambda row: (row[0], row[1]))
+    table = pa.table(
+        {
+            "partition": pa.array([row[0] for row in ordered], pa.int32()),
+            "offset": pa.array([row[1] for row in ordered], pa.int64()),
+            "key": pa.array([row[2] for row in ordered], pa.binary()),
+            "value": pa.array([row[3] for row in ordered], pa.binary()),
+        }
+    )
+    location.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, location / checkpoint.RECORDS_FILE)
+    # The manifest last: its presence says the checkpoint is complete.
+    (location / checkpoint.MANIFEST_FILE).write_text(
+        json.dumps(checkpoint.manifest_document(manifest)), encoding="utf-8"
+    )
