@@ -381,11 +381,17 @@ async def drive_offset_reset(
     **_: Any,
 ) -> None:
     offset_reset = spec.get("offsetReset")
-    last = dict(status.get("lastReset") or {})
-    if not offset_jobs.reset_pending(offset_reset, last):
+    if not offset_jobs.reset_pending(offset_reset, status.get("lastReset")):
         return
     assert offset_reset is not None
     state = lifecycle.state_of(memo)
+    # The body a timer sees can predate this handler's own last patch; deciding from it could
+    # start a finished reset over (pausing the group again). Decide from the object as it is.
+    current = await state.kube.get(kube_client.CONSUMER_GROUPS, meta["namespace"], meta["name"])
+    current_status: Mapping[str, Any] = current.get("status") or {}
+    last = dict(current_status.get("lastReset") or {})
+    if not offset_jobs.reset_pending(offset_reset, last):
+        return
     group = consumer_groups.parse(body)
     fingerprint = offset_jobs.reset_fingerprint(offset_reset)
     stage = last.get("stage") if last.get("fingerprint") == fingerprint else None
@@ -402,7 +408,11 @@ async def drive_offset_reset(
         if stage is None:
             if not dry_run:
                 patch.status["conditions"] = _reset_condition(
-                    status, True, "Pausing", "revoking every partition before the reset", generation
+                    current_status,
+                    True,
+                    "Pausing",
+                    "revoking every partition before the reset",
+                    generation,
                 )
                 await _set_paused(state, body, True)
             patch.status["lastReset"] = {
@@ -415,9 +425,13 @@ async def drive_offset_reset(
             # Re-asserted every tick: a reconcile that read the status before the pause began
             # may have configured the group unpaused again.
             await _set_paused(state, body, True)
-            if not consumer_groups.reset_in_progress(status):
+            if not consumer_groups.reset_in_progress(current_status):
                 patch.status["conditions"] = _reset_condition(
-                    status, True, "Pausing", "revoking every partition before the reset", generation
+                    current_status,
+                    True,
+                    "Pausing",
+                    "revoking every partition before the reset",
+                    generation,
                 )
         if stage == "Pausing":
             try:
@@ -465,7 +479,7 @@ async def drive_offset_reset(
                     raise ResetFailed(f"the coordinator rejected: {dict(response.errors)}")
             await _set_paused(state, body, False)
             patch.status["conditions"] = _reset_condition(
-                status, False, "Done", "offsets reset", generation
+                current_status, False, "Done", "offsets reset", generation
             )
         # The resource's own target and dryRun win over the plan-only job's view of them.
         patch.status["lastReset"] = {**audit, **progress, "stage": "Done", "phase": "Done"}
@@ -478,7 +492,7 @@ async def drive_offset_reset(
         if not dry_run:
             await _set_paused(state, body, False)
             patch.status["conditions"] = _reset_condition(
-                status, False, "Failed", str(error), generation
+                current_status, False, "Failed", str(error), generation
             )
         patch.status["lastReset"] = {
             **progress,
