@@ -27,9 +27,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +40,11 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import client
 
 TopicPartition = tuple[str, int]
+
+# Seconds the members consume between the snapshot and the restore, so that offsets move on.
+CONSUME_ON_S = 10
+# Seconds a stopped member process or Spark job gets before it is killed.
+STOP_TIMEOUT_S = 10
 
 
 # ------------------------------------------------------------------------ member process
@@ -209,6 +215,11 @@ class LocalGroup:
 
     # -- lifecycle
 
+    @property
+    def state_topic(self) -> str:
+        """The coordinator's state topic: one per demo group, so runs never share state."""
+        return f"{self.group}.group-state"
+
     def start(self, broker: embedded.EmbeddedBroker | None = None) -> None:
         if broker is None:
             broker = self._exit.enter_context(embedded.running_broker())
@@ -255,7 +266,7 @@ class LocalGroup:
                 "--port",
                 str(port),
                 "--topic",
-                f"{self.group}.group-state",
+                self.state_topic,
                 "--partitions",
                 str(self.state_partitions),
                 "--groups",
@@ -333,6 +344,19 @@ class LocalGroup:
             process.kill()
             return process.wait()
 
+    def stop_members(self, instances: list[str], permanent: bool = False) -> None:
+        """Stop several members at once, as a scale-down deletes its pods together."""
+        stopping = [self.members.pop(instance) for instance in instances]
+        for process in stopping:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGUSR1 if permanent else signal.SIGTERM)
+        for process in stopping:
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
     def kill_member(self, instance: str) -> None:
         """``kill -9``: no commit, no leave."""
         process = self.members.pop(instance)
@@ -341,17 +365,7 @@ class LocalGroup:
 
     def stop(self) -> None:
         # All members at once: each commits and leaves on its own.
-        stopping = list(self.members.values())
-        self.members.clear()
-        for process in stopping:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-        for process in stopping:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        self.stop_members(list(self.members))
         if self.coordinator is not None:
             self.coordinator.terminate()
             try:
@@ -423,6 +437,10 @@ class LocalGroup:
 # ------------------------------------------------------------------------------ the demo
 
 
+class DemoFailed(RuntimeError):
+    """A step of the demo did not show what it promises (its message says what went wrong)."""
+
+
 def _owners(group: LocalGroup) -> dict[TopicPartition, str]:
     try:
         return {tp: name for name, owned in group.ownership().items() for tp in owned}
@@ -430,20 +448,266 @@ def _owners(group: LocalGroup) -> dict[TopicPartition, str]:
         return {}
 
 
-def _print_table(
-    group: LocalGroup, caption: str, before: Mapping[TopicPartition, str], out: IO[str]
-) -> None:
+class Screen:
+    """What the demo shows: the group as its coordinator sees it, redrawn every second, and notes.
+
+    On a terminal the view is redrawn in place and the notes stay under it; into a file or a
+    pipe each note is written once, when it is made.
+    """
+
+    def __init__(self, group: LocalGroup, out: IO[str]) -> None:
+        self.group = group
+        self.out = out
+        self.live = out.isatty()
+        self.notes: list[str] = []
+
+    def note(self, *lines: str) -> None:
+        self.notes.extend(lines)
+        if not self.live:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+
+    def show(self, caption: str, before: Mapping[TopicPartition, str]) -> None:
+        try:
+            table = describe.render(self.group.describe())
+        except Exception as error:
+            table = f"(coordinator not answering: {error})"
+        now = _owners(self.group)
+        moved = sorted(tp for tp, owner in now.items() if before.get(tp, owner) != owner)
+        moves = ", ".join(f"{t}[{p}] {before[(t, p)]}->{now[(t, p)]}" for t, p in moved)
+        self.out.write("\x1b[2J\x1b[H" if self.live else "\n")
+        self.out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}\n\n{table}\n")
+        self.out.write(f"\npartitions moved in this step: {len(moved)}  ({moves or 'none'})\n")
+        if self.live and self.notes:
+            self.out.write("\n" + "\n".join(self.notes) + "\n")
+        self.out.flush()
+
+    def watch(self, caption: str, seconds: float, until: Callable[[], bool] | None = None) -> bool:
+        """Redraws for ``seconds``, or until ``until()`` holds; returns whether it came to hold."""
+        before = _owners(self.group)
+        deadline = time.monotonic() + seconds
+        while True:
+            self.show(caption, before)
+            if until is not None and until():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1)
+
+
+def _stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    """Terminates a process started in its own session and everything it started (a JVM)."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            process.poll()
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+    process.wait()
+
+
+def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dict[str, Any]:
+    """``python -m kafka_group_jobs.<job>`` on local Spark, as the operator runs it without a
+    spark-operator; the view is redrawn while it runs. Returns the job's result document."""
+    # The operator's own reading of a job's output; imported here, as it loads kopf.
+    from kafka_group_operator.handlers import snapshots
+
+    master = snapshots.LOCAL_MASTER
+    stdout_path = screen.group.directory / f"{job}.out"
+    log_path = screen.group.directory / f"{job}.log"
+    with stdout_path.open("wb") as stdout, log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments, "--master", master],
+            stdout=stdout,
+            stderr=log,
+            # Its own session: Ctrl-C reaches the demo, which then stops the job and its JVM.
+            start_new_session=True,
+        )
     try:
-        table = describe.render(group.describe())
-    except Exception as error:
-        table = f"(coordinator not answering: {error})"
-    now = _owners(group)
-    moved = sorted(tp for tp, owner in now.items() if before.get(tp, owner) != owner)
-    moves = ", ".join(f"{t}[{p}] {before[(t, p)]}->{now[(t, p)]}" for t, p in moved) or "none"
-    out.write("\x1b[2J\x1b[H" if out.isatty() else "\n")
-    out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}\n\n{table}\n")
-    out.write(f"\npartitions moved in this step: {len(moved)}  ({moves})\n")
-    out.flush()
+        started = time.monotonic()
+        before = _owners(screen.group)
+        while process.poll() is None:
+            screen.show(f"{caption}  ({time.monotonic() - started:.0f} s)", before)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(1)
+    finally:
+        if process.poll() is None:
+            _stop_process_group(process)
+    outcome = snapshots.outcome_of(
+        process.returncode, stdout_path.read_text(), log_path.read_text(errors="replace")
+    )
+    if not outcome.succeeded or outcome.result is None:
+        raise DemoFailed(f"the {job} job failed: {outcome.reason}")
+    return outcome.result
+
+
+def snapshot_offsets(manifest: Mapping[str, Any]) -> dict[TopicPartition, int]:
+    """The offsets a snapshot holds, read straight from its Parquet file (no Spark needed)."""
+    from pyarrow import parquet
+
+    directory = Path(urllib.request.url2pathname(urllib.parse.urlsplit(manifest["location"]).path))
+    table = parquet.read_table(
+        directory / manifest["data"], columns=["topic", "partition", "offset"]
+    )
+    return {(row["topic"], row["partition"]): row["offset"] for row in table.to_pylist()}
+
+
+def offsets_table(
+    topic: str, rows: list[tuple[str, Mapping[TopicPartition, int | None]]]
+) -> list[str]:
+    """Offsets of one topic, one row per label and one column per partition."""
+    partitions = sorted({p for _, offsets in rows for t, p in offsets if t == topic})
+    cells = [[str(offsets.get((topic, p), "-")) for p in partitions] for _, offsets in rows]
+    width = max([len(str(p)) for p in partitions] + [len(c) for row in cells for c in row]) + 1
+    label_width = max(len(f"{topic} partition"), *(len(label) for label, _ in rows)) + 1
+    lines = [
+        f"  {topic + ' partition':<{label_width}}" + "".join(f"{p:>{width}}" for p in partitions)
+    ]
+    for (label, _), row in zip(rows, cells, strict=True):
+        lines.append(f"  {label:<{label_width}}" + "".join(f"{cell:>{width}}" for cell in row))
+    return lines
+
+
+def first_processed(
+    group: LocalGroup, instances: list[str], since: float
+) -> dict[TopicPartition, int]:
+    """Per partition, the offset of the first message any of ``instances`` processed after
+    ``since`` (a ``time.time()``), from their journals."""
+    first: dict[TopicPartition, tuple[float, int]] = {}
+    for instance in instances:
+        for tp, offset, at in Journal.read(group.journal_path(instance)).processed():
+            if at >= since and (tp not in first or at < first[tp][0]):
+                first[tp] = (at, offset)
+    return {tp: offset for tp, (_, offset) in first.items()}
+
+
+def _has_no_members(group: LocalGroup) -> bool:
+    try:
+        return not group.describe()["members"]
+    except Exception:
+        return False
+
+
+def snapshot_and_restore(screen: Screen) -> None:
+    """Snapshot the group's offsets, let them move on, restore the snapshot, watch the resume.
+
+    The jobs are the real Spark jobs on local Spark. The restore job plans with ``--dry-run``;
+    the plan is then written as the operator writes an online reset's plan: one administrative
+    commit through the coordinator, which takes it only while the group is empty or paused.
+    The standalone coordinator has no pause, so the members leave for it (scale to 0) and
+    come back as new pods.
+    """
+    # Imported here: member processes run this module and need none of it (nor croniter).
+    from kafka_group_operator.manifests import offset_jobs
+
+    group = screen.group
+    assert group.broker is not None
+    bootstrap = group.broker.bootstrap
+    coordinator = group.client()
+    location = (group.directory / "snapshot").as_uri()
+
+    manifest = run_job(
+        screen,
+        "snapshot",
+        offset_jobs.snapshot_arguments(bootstrap, group.state_topic, group.group, location, None),
+        "snapshot: the Spark job reads the group's commits from the state topic (local Spark)",
+    )
+    saved = snapshot_offsets(manifest)
+    covered = ", ".join(
+        f"partition {p} below offset {end}"
+        for p, end in manifest["stateTopic"]["endOffsets"].items()
+    )
+    screen.note(
+        "",
+        f"snapshot written to {manifest['location']}",
+        f"  {manifest['records']} offsets of partitions "
+        f"{describe.compact_partitions(manifest['partitions'])}, taken at {manifest['takenAt']}",
+        f"  state-topic records covered: {covered}",
+        f"  checksum {manifest['checksum']}",
+    )
+
+    screen.watch("the members consume on: their offsets move past the snapshot", CONSUME_ON_S)
+    ahead = sum(offset - saved.get(tp, 0) for tp, offset in coordinator.fetch().items())
+    screen.note(f"the members are now {ahead} messages past the snapshot")
+
+    instances = sorted(group.members)
+    group.stop_members(instances, permanent=True)
+    if not screen.watch(
+        "scaled to 0: the coordinator takes an administrative commit only while the group is empty",
+        20,
+        until=lambda: _has_no_members(group),
+    ):
+        raise DemoFailed("the group still has members after they all left")
+
+    audit = run_job(
+        screen,
+        "restore",
+        offset_jobs.restore_arguments(
+            bootstrap, group.state_topic, group.group, {"to": "snapshot"}, [group.topic], location
+        ),
+        "restore, dry run: the Spark job plans the reset to the snapshot and writes nothing",
+    )
+    current = {(p["topic"], p["partition"]): p["oldOffset"] for p in audit["partitions"]}
+    plan = offset_jobs.commits_of(audit)
+    screen.note(
+        "",
+        "restore plan (dry run):",
+        *offsets_table(group.topic, [("committed now", current), ("restore to", plan)]),
+        f"  clamped: {audit['clamped']}, snapshot partitions gone: "
+        f"{len(audit['missingPartitions'])}",
+    )
+
+    rejected = coordinator.commit("", -1, plan)
+    if rejected:
+        raise DemoFailed(f"the coordinator rejected the restore: {rejected}")
+    restored = coordinator.fetch()
+    screen.note(
+        "",
+        f"plan applied: one administrative commit of {len(plan)} offsets through the coordinator",
+        *offsets_table(
+            group.topic,
+            [("snapshot", saved), ("before restore", current), ("after restore", restored)],
+        ),
+    )
+    if restored != saved:
+        raise DemoFailed("the restored offsets differ from the snapshot's")
+    screen.note(f"all {len(saved)} offsets are back exactly at the snapshot")
+
+    since = time.time()
+    for instance in instances:
+        group.start_member(instance)
+    resumed: dict[TopicPartition, int] = {}
+
+    def every_partition_resumed() -> bool:
+        resumed.update(first_processed(group, instances, since))
+        return set(resumed) >= set(restored)
+
+    if not screen.watch(
+        f"scaled back to {len(instances)}: the new members start from the restored offsets",
+        30,
+        until=every_partition_resumed,
+    ):
+        raise DemoFailed(
+            f"no message processed since the restore on {set(restored) - set(resumed)}"
+        )
+    screen.note(
+        "",
+        "the members are back:",
+        *offsets_table(group.topic, [("restored to", restored), ("first processed", resumed)]),
+    )
+    if resumed != restored:
+        raise DemoFailed("the members did not resume at the restored offsets")
+    again = sum(offset - saved[tp] for tp, offset in current.items() if tp in saved)
+    screen.note(
+        f"they resumed exactly at the snapshot on all {len(resumed)} partitions: the {again}"
+        " messages processed after it are processed again, as a restore asks"
+    )
+    screen.watch("restored and consuming", 5)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -464,9 +728,9 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
             18,
             "orders-1 crashed (kill -9) and restarted in its pod: nothing moves",
         ),
-        ("end", 6, "steady"),
     ]
     group = LocalGroup(group="demo.orders", work_ms=2.0)
+    screen = Screen(group, out)
     producer: Producer | None = None
     try:
         out.write("starting the embedded broker and the coordinator...\n")
@@ -482,7 +746,6 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
         producer = Producer(group.broker.bootstrap, group.topic, group.partitions, rate=150)
         producer.start()
         for action, duration, caption in steps:
-            before = _owners(group)
             if action == "start":
                 for index in range(3):
                     group.start_member(f"orders-{index}")
@@ -490,19 +753,23 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
                 for index in (3, 4):
                     group.start_member(f"orders-{index}")
             elif action == "scale 3":
-                for index in (4, 3):
-                    group.stop_member(f"orders-{index}", permanent=True)
+                group.stop_members(["orders-4", "orders-3"], permanent=True)
             elif action == "restart orders-1":
                 owned = group.ownership().get("orders-1", frozenset())
                 group.kill_member("orders-1")
                 group.start_member("orders-1", same_pod=True)
                 caption += f" (owned {len(owned)} partitions before)"
-            deadline = time.monotonic() + duration
-            while time.monotonic() < deadline:
-                _print_table(group, caption, before, out)
-                time.sleep(1)
+            screen.watch(caption, duration)
+        snapshot_and_restore(screen)
         out.write("\ndemo finished\n")
         return 0
+    except DemoFailed as failure:
+        # Its logs and journals tell what happened: kept.
+        group.keep_directory = True
+        out.write(
+            f"\ndemo failed: {failure}\n(logs, journals and snapshot kept in {group.directory})\n"
+        )
+        return 1
     except KeyboardInterrupt:
         out.write("\ninterrupted, stopping cleanly...\n")
         out.flush()
