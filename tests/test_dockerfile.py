@@ -34,7 +34,8 @@ def test_both_targets_exist_and_the_operator_runs_kgo() -> None:
     targets = re.findall(r"^FROM \S+ AS (\w+)$", DOCKERFILE, re.MULTILINE)
     assert targets == ["operator", "jobs"]
     command = re.search(r'^CMD \["kgo", "(\w+)"\]$', DOCKERFILE, re.MULTILINE)
-    assert command is not None and command.group(1) in cli.COMMANDS
+    assert command is not None
+    assert command.group(1) in cli.COMMANDS
 
 
 def test_the_chart_runs_a_kgo_command() -> None:
@@ -42,7 +43,8 @@ def test_the_chart_runs_a_kgo_command() -> None:
         ROOT / "charts/kafka-group-operator/templates/operator-deployment.yaml"
     ).read_text()
     args = re.search(r"args: \[kgo, ([\w-]+)", deployment)
-    assert args is not None and args.group(1) in cli.COMMANDS
+    assert args is not None
+    assert args.group(1) in cli.COMMANDS
 
 
 def test_the_jobs_image_holds_the_jobs_where_spark_applications_look() -> None:
