@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_group_operator.commands import demo
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.handlers import config as operator_config
 from tests.jobs import test_snapshot_handlers as handlers_test
-from tests.support import kube
+from tests.support import kube, topics
 
 pytestmark = [
     pytest.mark.kube,
@@ -49,32 +46,14 @@ RESET_TO = 20
 
 @pytest.fixture
 def data_topic(broker: embedded.EmbeddedBroker) -> str:
-    name = f"orders-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(10)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})
-    for partition in range(PARTITIONS):
-        for index in range(MESSAGES):
-            producer.produce(name, f"m{index}".encode(), partition=partition)
-    assert producer.flush(30) == 0
-    return name
+    return topics.create_topic(broker.bootstrap, PARTITIONS, MESSAGES)
 
 
 @pytest.fixture
 async def operator(
     kmock: kube.ApiServer, broker: embedded.EmbeddedBroker
 ) -> AsyncIterator[kube.RunningOperator]:
-    port = embedded.free_port()
-    config = operator_config.OperatorConfig(
-        bootstrap_servers=broker.bootstrap,
-        state_topic=f"kgo-state-{uuid.uuid4().hex[:8]}",
-        state_partitions=2,
-        api_host="127.0.0.1",
-        api_port=port,
-        coordinator_url=f"http://127.0.0.1:{port}",
-        status_interval_seconds=0.5,
-        kube_server=str(kmock.url).rstrip("/"),
-    )
+    config = kube.operator_config_for(kmock, broker.bootstrap)
     async with kube.RunningOperator(config) as running:
         yield running
 

@@ -9,7 +9,6 @@ online restore of the snapshot, is ``test_online_reset``.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,12 @@ import aiohttp
 import attrs
 import jsonschema
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kmock._internal import k8s
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.handlers import config as operator_config
 from tests.schemas import spark_operator
-from tests.support import kube
+from tests.support import kube, topics
 
 NS = "shop"
 CG = "kafkagroups.io/v1alpha1/consumergroups"
@@ -53,32 +49,14 @@ class ApiServerWithSparkOperator(kube.ApiServer):
 
 @pytest.fixture
 def data_topic(broker: embedded.EmbeddedBroker) -> str:
-    name = f"orders-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, 2, 1)])[name].result(10)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "batch.num.messages": 1})
-    for partition in (0, 1):
-        for index in range(10):
-            producer.produce(name, f"m{index}".encode(), partition=partition)
-    assert producer.flush(30) == 0
-    return name
+    return topics.create_topic(broker.bootstrap, 2, 10)
 
 
 @pytest.fixture
 async def operator(
     kmock: kube.ApiServer, broker: embedded.EmbeddedBroker
 ) -> AsyncIterator[kube.RunningOperator]:
-    port = embedded.free_port()
-    config = operator_config.OperatorConfig(
-        bootstrap_servers=broker.bootstrap,
-        state_topic=f"kgo-state-{uuid.uuid4().hex[:8]}",
-        state_partitions=2,
-        api_host="127.0.0.1",
-        api_port=port,
-        coordinator_url=f"http://127.0.0.1:{port}",
-        status_interval_seconds=0.5,
-        kube_server=str(kmock.url).rstrip("/"),
-    )
+    config = kube.operator_config_for(kmock, broker.bootstrap)
     async with kube.RunningOperator(config) as running:
         yield running
 

@@ -350,3 +350,24 @@ class RunningOperator:
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"condition not met within {within}s")
             await asyncio.sleep(interval)
+
+
+def operator_config_for(
+    api: ApiServer, bootstrap: str, **overrides: Any
+) -> operator_config.OperatorConfig:
+    """An operator on a fresh state topic and a free API port, talking to ``api``."""
+    from kafka_group_operator.embedded import broker as embedded
+
+    port = embedded.free_port()
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "state_topic": f"kgo-state-{uuid.uuid4().hex[:8]}",
+        "state_partitions": 2,
+        "api_host": "127.0.0.1",
+        "api_port": port,
+        "coordinator_url": f"http://127.0.0.1:{port}",
+        "status_interval_seconds": 0.5,
+        "kube_server": str(api.url).rstrip("/"),
+        **overrides,
+    }
+    return operator_config.OperatorConfig(**settings)

@@ -1,0 +1,23 @@
+"""Data topics for tests on the embedded broker, optionally filled with messages."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, partitions: int, messages_per_partition: int = 0) -> str:
+    """A new uniquely named topic; message ``i`` of every partition is ``b"m<i>"``."""
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    if messages_per_partition:
+        # One record per batch: the broker's high watermark is only right for those.
+        producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+        for partition in range(partitions):
+            for index in range(messages_per_partition):
+                producer.produce(name, f"m{index}".encode(), partition=partition)
+        assert producer.flush(30) == 0
+    return name
