@@ -3,7 +3,11 @@
 Starts the embedded broker, the standalone coordinator (``kgo coordinator``) and three member
 processes, plus a producer; prints a table of members, partitions, epochs and lag every
 second; scales the group 3 -> 5 -> 3 and restarts a member, showing that the restart moves
-no partition. Stops by itself after about a minute and a half; Ctrl-C stops it cleanly too.
+no partition. Then it snapshots the group's committed offsets with the Spark snapshot job on
+local Spark, lets the members consume on, restores the snapshot (the restore job's dry-run
+plan first, then the plan applied through the coordinator) and checks that the offsets are
+back exactly at the snapshot and that the members resume from there. Stops by itself after
+about three minutes; Ctrl-C stops it cleanly too, Spark job included.
 
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
 rebalance benchmark. A member process is this module run with ``member``: a ``GroupMember``
@@ -702,7 +706,9 @@ def snapshot_and_restore(screen: Screen) -> None:
     )
     if resumed != restored:
         raise DemoFailed("the members did not resume at the restored offsets")
-    again = sum(offset - saved[tp] for tp, offset in current.items() if tp in saved)
+    again = sum(
+        offset - saved[tp] for tp, offset in current.items() if tp in saved and offset is not None
+    )
     screen.note(
         f"they resumed exactly at the snapshot on all {len(resumed)} partitions: the {again}"
         " messages processed after it are processed again, as a restore asks"
@@ -735,13 +741,9 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
     try:
         out.write("starting the embedded broker and the coordinator...\n")
         out.flush()
-        # The broker inherits an ignored SIGINT, so that Ctrl-C (sent by the terminal to the
-        # whole process group) leaves it running while the members commit and leave.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            group.start()
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        # The broker, the coordinator, the members and the Spark jobs run in sessions of their
+        # own: Ctrl-C reaches only the demo, which stops them in order.
+        group.start()
         assert group.broker is not None
         producer = Producer(group.broker.bootstrap, group.topic, group.partitions, rate=150)
         producer.start()

@@ -155,6 +155,9 @@ class EmbeddedBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                # Its own session: tansu exits on SIGINT even when it inherits it ignored, and a
+                # terminal's Ctrl-C must leave it up until its owner has stopped its clients.
+                start_new_session=True,
             )
         try:
             _wait_for_port("127.0.0.1", self.port, timeout, self.process)
