@@ -24,8 +24,10 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kafka_group_jobs import topics
+from kafka_group_operator import cli
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import config
 from kafka_group_operator.runtime import checkpoints, coordinator_runtime, loader
 from kafka_group_records import checkpoint, codec, partitioning, records
 from tests.runtime import logs
@@ -330,3 +332,15 @@ async def test_a_checkpoint_beyond_the_log_end_is_dropped_for_that_partition(
     assert await load_state(config) == history.full_state
     assert "state partition 1 ends at offset" in warnings(caplog)
     assert len(loaded_from_checkpoint(caplog)) == 1
+
+
+def test_the_operator_and_kgo_coordinator_take_a_checkpoint_location() -> None:
+    env = {"KGO_BOOTSTRAP_SERVERS": "kafka:9092"}
+    assert config.OperatorConfig.from_env(env).checkpoint_uri is None
+    # Scheduled compaction's storage is where the checkpoints are, unless set apart.
+    env["KGO_COMPACTION_STORAGE_URI"] = "file:///compactions"
+    assert config.OperatorConfig.from_env(env).checkpoint_uri == "file:///compactions"
+    env["KGO_CHECKPOINT_URI"] = "/mnt/checkpoints"
+    assert config.OperatorConfig.from_env(env).checkpoint_uri == "/mnt/checkpoints"
+    argv = ["coordinator", "--bootstrap", "kafka:9092", "--checkpoint", "file:///c"]
+    assert cli.build_parser(argv).parse_args(argv).checkpoint == "file:///c"
