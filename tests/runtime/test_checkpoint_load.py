@@ -266,6 +266,8 @@ def _rewrite_manifest(source: Path, target: Path, **changes: Any) -> None:
     [
         ("missing", "no usable compaction checkpoint"),
         ("corrupt parquet", "unreadable checkpoint"),
+        ("manifest not text", "unreadable checkpoint"),
+        ("manifest of another format", "unsupported checkpoint format 2"),
         ("other topic", "checkpoint of topic 'another-topic'"),
         ("other partition count", "not exactly the 4 of the topic"),
         ("unsupported storage", "local directories only"),
@@ -284,6 +286,11 @@ async def test_an_unusable_checkpoint_falls_back_to_a_full_load(
     if broken == "corrupt parquet":
         _rewrite_manifest(history.checkpoint, location)
         (location / checkpoint.RECORDS_FILE).write_bytes(b"PAR1 not really parquet")
+    elif broken == "manifest not text":
+        _rewrite_manifest(history.checkpoint, location)
+        (location / checkpoint.MANIFEST_FILE).write_bytes(b"\xff\xfe{")
+    elif broken == "manifest of another format":
+        _rewrite_manifest(history.checkpoint, location, format=2)
     elif broken == "other topic":
         _rewrite_manifest(history.checkpoint, location, topic="another-topic")
     elif broken == "other partition count":

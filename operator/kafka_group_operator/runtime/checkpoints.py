@@ -80,7 +80,9 @@ def read(location: Path, topic: str, partitions: int, wanted: Collection[int]) -
             columns=list(checkpoint.RECORD_COLUMNS),
             filters=[("partition", "in", sorted(wanted))],
         )
-    except (OSError, pa.ArrowException) as error:
+    except checkpoint.CheckpointError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as error:
         raise checkpoint.CheckpointError(f"unreadable checkpoint {location}: {error}") from error
     if len(wanted) == partitions and table.num_rows != manifest.records:
         raise checkpoint.CheckpointError(
@@ -117,6 +119,9 @@ def newest(uri: str, topic: str, partitions: int, wanted: Collection[int]) -> Ch
             return read(location, topic, partitions, wanted)
         except checkpoint.CheckpointError as error:
             logger.warning("compaction checkpoint not used: %s", error)
+        except Exception:
+            # Whatever went wrong, reading the whole log is always correct.
+            logger.exception("compaction checkpoint %s not used", location)
     logger.warning("no usable compaction checkpoint at %s; loading the whole log", uri)
     return None
 
