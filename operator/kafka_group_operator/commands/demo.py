@@ -483,7 +483,7 @@ class Screen:
         self.out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}\n\n{table}\n")
         self.out.write(f"\npartitions moved in this step: {len(moved)}  ({moves or 'none'})\n")
         if self.live and self.notes:
-            self.out.write("\n" + "\n".join(self.notes) + "\n")
+            self.out.write("\n".join(self.notes) + "\n")
         self.out.flush()
 
     def watch(self, caption: str, seconds: float, until: Callable[[], bool] | None = None) -> bool:
@@ -710,8 +710,8 @@ def snapshot_and_restore(screen: Screen) -> None:
         offset - saved[tp] for tp, offset in current.items() if tp in saved and offset is not None
     )
     screen.note(
-        f"they resumed exactly at the snapshot on all {len(resumed)} partitions: the {again}"
-        " messages processed after it are processed again, as a restore asks"
+        f"they resumed exactly at the snapshot on all {len(resumed)} partitions:",
+        f"the {again} messages processed after it are processed again, as a restore asks",
     )
     screen.watch("restored and consuming", 5)
 

@@ -1,0 +1,89 @@
+"""The demo's own checks and plumbing, without running the demo (it takes minutes).
+
+The whole ``kgo demo`` runs two Spark jobs with their JVM starts, too slow for the suite; these
+tests cover what decides whether it reports success: the table it prints, the reading of the
+members' journals that shows where they resumed, the failure of a Spark job, and stopping a
+job together with everything it started.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kafka_group_operator.commands import demo
+
+
+def write_journal(
+    path: Path, events: list[tuple[int, int, float]], torn_tail: bool = False
+) -> None:
+    """Lines as a member process writes them: one per processed message."""
+    with path.open("a") as journal:
+        journal.write(json.dumps({"e": "start", "member": "m", "t": 0.0}) + "\n")
+        for partition, offset, at in events:
+            message = {"e": "m", "tp": ["orders", partition], "o": offset, "t": at}
+            journal.write(json.dumps(message) + "\n")
+        if torn_tail:  # a kill -9 in the middle of a line
+            journal.write('{"e": "m", "tp": ["orders", 0')
+
+
+def test_offsets_table_aligns_columns_and_marks_missing_partitions() -> None:
+    lines = demo.offsets_table(
+        "orders",
+        [
+            ("snapshot", {("orders", 0): 5, ("orders", 1): 12345, ("other", 0): 9}),
+            ("after restore", {("orders", 0): 5}),
+        ],
+    )
+    assert lines == [
+        "  orders partition      0     1",
+        "  snapshot              5 12345",
+        "  after restore         5     -",
+    ]
+
+
+def test_first_processed_takes_the_earliest_message_after_the_restart(tmp_path: Path) -> None:
+    group = demo.LocalGroup(directory=tmp_path)
+    since = 100.0
+    # orders-0 held partition 0 before the restart (offsets 40-41), then resumed it at 7;
+    # partition 1 moved from orders-1 (first at 8, t=101) to orders-0 (t=105).
+    write_journal(group.journal_path("orders-0"), [(0, 40, 90.0), (0, 41, 99.9)])
+    write_journal(group.journal_path("orders-0"), [(0, 7, 100.5), (0, 8, 100.6), (1, 20, 105.0)])
+    write_journal(group.journal_path("orders-1"), [(1, 8, 101.0), (1, 9, 101.1)], torn_tail=True)
+    assert demo.first_processed(group, ["orders-0", "orders-1"], since) == {
+        ("orders", 0): 7,
+        ("orders", 1): 8,
+    }
+    assert demo.first_processed(group, ["orders-1"], 200.0) == {}
+
+
+def test_a_failed_job_stops_the_demo_with_its_reason(tmp_path: Path) -> None:
+    out = io.StringIO()
+    screen = demo.Screen(demo.LocalGroup(directory=tmp_path), out)
+    # No --group: the job's argument parser refuses before any Spark starts.
+    with pytest.raises(demo.DemoFailed, match=r"the snapshot job failed: .*--group"):
+        demo.run_job(screen, "snapshot", ["--bootstrap", "127.0.0.1:9"], "snapshot")
+    assert "required" in (tmp_path / "snapshot.log").read_text()
+
+
+def test_stopping_a_job_stops_what_it_started(tmp_path: Path) -> None:
+    # A job that starts a child of its own (as a Spark job starts its JVM), in its own session.
+    child_pid = tmp_path / "child.pid"
+    process = subprocess.Popen(
+        ["sh", "-c", f"sleep 300 & echo $! > {child_pid}; wait"], start_new_session=True
+    )
+    deadline = time.monotonic() + 10
+    while not child_pid.exists() or not child_pid.read_text().strip():
+        assert time.monotonic() < deadline, "the job never started its child"
+        time.sleep(0.05)
+    child = int(child_pid.read_text())
+    demo._stop_process_group(process)
+    assert process.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
