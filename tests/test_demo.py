@@ -83,7 +83,7 @@ def test_stopping_a_job_stops_what_it_started(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "the job never started its child"
         time.sleep(0.05)
     child = int(child_pid.read_text())
-    demo._stop_process_group(process)
+    demo.stop_process_group(process)
     assert process.returncode is not None
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)

@@ -499,7 +499,7 @@ class Screen:
             time.sleep(1)
 
 
-def _stop_process_group(process: subprocess.Popen[bytes]) -> None:
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
     """Terminates a process started in its own session and everything it started (a JVM)."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
@@ -541,7 +541,7 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
                 process.wait(1)
     finally:
         if process.poll() is None:
-            _stop_process_group(process)
+            stop_process_group(process)
     outcome = snapshots.outcome_of(
         process.returncode, stdout_path.read_text(), log_path.read_text(errors="replace")
     )
@@ -597,7 +597,7 @@ def _has_no_members(group: LocalGroup) -> bool:
         return False
 
 
-def snapshot_and_restore(screen: Screen) -> None:
+def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) -> None:
     """Snapshot the group's offsets, let them move on, restore the snapshot, watch the resume.
 
     The jobs are the real Spark jobs on local Spark. The restore job plans with ``--dry-run``;
@@ -612,7 +612,6 @@ def snapshot_and_restore(screen: Screen) -> None:
     group = screen.group
     assert group.broker is not None
     bootstrap = group.broker.bootstrap
-    coordinator = group.client()
     location = (group.directory / "snapshot").as_uri()
 
     manifest = run_job(
@@ -762,7 +761,8 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
                 group.start_member("orders-1", same_pod=True)
                 caption += f" (owned {len(owned)} partitions before)"
             screen.watch(caption, duration)
-        snapshot_and_restore(screen)
+        with contextlib.closing(group.client()) as coordinator:
+            snapshot_and_restore(screen, coordinator)
         out.write("\ndemo finished\n")
         return 0
     except DemoFailed as failure:
