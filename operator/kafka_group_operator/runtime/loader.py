@@ -25,6 +25,7 @@ unreadable or unfitting checkpoint means reading every partition from the start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -60,13 +61,21 @@ def compact(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | No
 
 
 def decode_survivors(
-    survivors: Mapping[bytes, bytes | None], partition: int = -1
+    survivors: Mapping[bytes, bytes | None],
+    partition: int = -1,
+    decoded_before: Mapping[bytes, tuple[bytes, records.Record]] | None = None,
 ) -> list[records.Record]:
-    """Decode the live records of a compacted partition (tombstoned keys are gone)."""
+    """Decode the live records of a compacted partition (tombstoned keys are gone), reusing
+    ``decoded_before[key]`` where its value bytes are still the survivor's."""
     decoded = []
     unknown: dict[int, int] = {}
+    known = decoded_before or {}
     for key, value in survivors.items():
         if value is None:
+            continue
+        early = known.get(key)
+        if early is not None and early[0] is value:
+            decoded.append(early[1])
             continue
         try:
             decoded.append(codec.decode_record(key, value))
@@ -83,6 +92,19 @@ def decode_survivors(
             key_version,
             partition,
         )
+    return decoded
+
+
+def decode_ahead(
+    survivors: Mapping[bytes, bytes | None],
+) -> dict[bytes, tuple[bytes, records.Record]]:
+    """Decodes what can be decoded now, keeping the bytes each record came from; failures are
+    left for ``decode_survivors`` to report."""
+    decoded: dict[bytes, tuple[bytes, records.Record]] = {}
+    for key, value in survivors.items():
+        if value is not None:
+            with contextlib.suppress(codec.CodecError):
+                decoded[key] = (value, codec.decode_record(key, value))
     return decoded
 
 
@@ -210,6 +232,9 @@ class PartitionLoader:
                     for index in nonces
                 ]
             )
+            # The checkpoint's records are decoded while librdkafka fetches the tail (and the
+            # markers are written): only the keys the tail rewrites are decoded again.
+            ahead = {p: decode_ahead(survivors[p]) for p in nonces if seeded[p]}
             read = 0
             while survivors and not stop.is_set():
                 self._check_markers(consumer, markers, survivors, starts, seeded)
@@ -228,7 +253,10 @@ class PartitionLoader:
                         if self._is_marker(message.value(), nonces[partition]):
                             del survivors[partition]
                             consumer.incremental_unassign([TopicPartition(self.topic, partition)])
-                            finished(partition, self._build(partition, log, build))
+                            finished(
+                                partition,
+                                self._build(partition, log, build, ahead.pop(partition, None)),
+                            )
                             logger.info(
                                 "state partition %d loaded: %d live keys (%d from the "
                                 "checkpoint, log read from offset %d), %.2fs",
@@ -292,9 +320,10 @@ class PartitionLoader:
         partition: int,
         log: dict[bytes, bytes | None],
         build: Callable[[int, list[records.Record]], T],
+        decoded_before: Mapping[bytes, tuple[bytes, records.Record]] | None = None,
     ) -> T | BaseException:
         try:
-            return build(partition, decode_survivors(log, partition))
+            return build(partition, decode_survivors(log, partition, decoded_before))
         except Exception as error:
             logger.exception("state partition %d failed to load", partition)
             return error
