@@ -13,17 +13,22 @@ keys), plus an expired group whose records compaction must drop. Then, on the sa
   appends tombstones (``--no-tombstones``), so that every run sees the same topic.
 * **warm**: the same two jobs in one Spark session that is already running, per size: the
   part of the cost that grows with the records, and how linearly it grows.
-* **loader start-up** with and without the checkpoint, at the largest size: read and compact
-  the whole partition up to a fresh marker, then decode the survivors (the runtime loader's own
-  ``compact`` and ``decode_survivors``); against reading the checkpoint with pyarrow and then
-  only the log after it. The runtime does not read checkpoints yet; this measures the work a
-  loader using the documented format would do.
+* **loader start-up** with and without the checkpoint, at the largest size: the runtime's own
+  ``PartitionLoader`` (marker, read, compaction, decode, replay into a fresh shard) from the
+  start of the log, against the same loader given the compaction job's checkpoint (its rows,
+  then only the log after it). Best of two each, alternating; all states must be equal.
+
+``--loader-only`` runs just the last part at the largest size: fill, the compaction job (cold),
+both loads; it replaces the ``loader`` figures of the largest run in the existing results.
 
 Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import hashlib
 import json
 import os
 import subprocess
@@ -37,12 +42,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kafka_group_jobs import columns, decoding, topics
 from kafka_group_jobs import storage as job_storage
+from kafka_group_operator.coordinator import shard
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.runtime import loader
+from kafka_group_operator.runtime import loader, writer
 from kafka_group_records import checkpoint, codec, records
 
 RESULTS = Path(__file__).parent / "results" / "jobs.json"
@@ -226,30 +232,68 @@ def timed(function: Any, *arguments: Any) -> tuple[float, Any]:
 # ----------------------------------------------------------------------------- the loader
 
 
-def load_whole_log(bootstrap: str, topic: str) -> int:
-    end = topics.mark_ends(bootstrap, topic, {}, [0])[0]
-    survivors = loader.compact(
-        (m.key(), m.value()) for m in read_partition(bootstrap, topic, 0, end)
-    )
-    return len(loader.decode_survivors(survivors, 0))
+def runtime_load(bootstrap: str, topic: str, checkpoint_uri: str | None) -> shard.CoordinatorShard:
+    """Partition 0 loaded by the runtime's loader into a shard, as at start-up (the state
+    writer's start included: the load's markers go through it)."""
+
+    async def load() -> shard.CoordinatorShard:
+        state_writer = writer.StateWriter(bootstrap, topic, timeout_ms=30_000, kafka_config={})
+        state_writer.start()
+        partition_loader = loader.PartitionLoader(
+            bootstrap_servers=bootstrap,
+            topic=topic,
+            state_writer=state_writer,
+            kafka_config={},
+            clock_ms=lambda: NOW_MS,
+            partition_count=1,
+            checkpoint_uri=checkpoint_uri,
+        )
+        outcomes: dict[int, shard.CoordinatorShard | BaseException] = {}
+
+        def build(_: int, replayed: list[records.Record]) -> shard.CoordinatorShard:
+            fresh = shard.CoordinatorShard()
+            for record in replayed:
+                fresh.replay(record)
+            return fresh
+
+        try:
+            await partition_loader.load([0], build, outcomes.__setitem__)
+            await asyncio.sleep(0)  # the hand-over is scheduled on the loop
+        finally:
+            state_writer.stop()
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        outcome.on_loaded(NOW_MS)
+        return outcome
+
+    return asyncio.run(load())
 
 
-def load_with_checkpoint(bootstrap: str, topic: str, location: Path) -> int:
-    manifest = checkpoint.parse_manifest((location / checkpoint.MANIFEST_FILE).read_text())
-    table = pq.read_table(location / checkpoint.RECORDS_FILE, columns=["key", "value"])
-    survivors: dict[bytes, bytes | None] = dict(
-        zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
-    )
-    end = topics.mark_ends(bootstrap, topic, {}, [0])[0]
-    tail = (
-        (m.key(), m.value()) for m in read_partition(bootstrap, topic, manifest.tail_start(0), end)
-    )
-    for key, value in tail:
-        if key == loader.MARKER_KEY:
-            continue
-        survivors.pop(key, None)
-        survivors[key] = value
-    return len(loader.decode_survivors({k: v for k, v in survivors.items() if v is not None}, 0))
+def measure_loader(bootstrap: str, topic: str, location: Path) -> dict[str, Any]:
+    """Best of two loads each way, alternating; every load must reach the same state. Only
+    a digest of each state is kept, so that no loaded shard weighs on the next load's GC."""
+    times: dict[str | None, list[float]] = {None: [], f"file://{location}": []}
+    digests = set()
+    committed = 0
+    for _ in range(2):
+        for checkpoint_uri, taken in times.items():
+            gc.collect()
+            elapsed, loaded = timed(runtime_load, bootstrap, topic, checkpoint_uri)
+            taken.append(elapsed)
+            state = loaded.canonical_state()
+            digests.add(hashlib.sha256(repr(state).encode()).hexdigest())
+            committed = sum(len(offsets) for offsets in state["offsets"].values())
+            del loaded, state
+    if len(digests) != 1:
+        raise RuntimeError("the loader's states with and without the checkpoint differ")
+    without_s, with_s = (min(taken) for taken in times.values())
+    return {
+        "without_checkpoint_s": round(without_s, 2),
+        "with_checkpoint_s": round(with_s, 2),
+        "speedup": round(without_s / with_s, 1),
+        "committed_offsets": committed,
+    }
 
 
 # ----------------------------------------------------------------------------- main
@@ -294,15 +338,7 @@ def measure(bootstrap: str, size: int, work: Path, with_loader: bool) -> dict[st
         },
     }
     if with_loader:
-        without_s, loaded = timed(load_whole_log, bootstrap, topic)
-        with_s, loaded_again = timed(load_with_checkpoint, bootstrap, topic, work / f"ckpt-{size}")
-        if loaded != loaded_again:
-            raise RuntimeError(f"loader states differ: {loaded} vs {loaded_again}")
-        result["loader"] = {
-            "without_checkpoint_s": round(without_s, 2),
-            "with_checkpoint_s": round(with_s, 2),
-            "speedup": round(without_s / with_s, 1),
-        }
+        result["loader"] = measure_loader(bootstrap, topic, work / f"ckpt-{size}")
     print(json.dumps(result), flush=True)
     return result
 
@@ -344,8 +380,33 @@ def measure_warm(bootstrap: str, sizes: tuple[int, ...], work: Path) -> list[dic
         spark.stop()
 
 
+def loader_only(size: int) -> int:
+    """Only the loader figures of the largest run, replaced in the existing results."""
+    with embedded.running_broker() as broker, tempfile.TemporaryDirectory() as work:
+        topic = f"bench-jobs-{size}"
+        fill(broker.bootstrap, topic, size)
+        run_job(
+            "compaction",
+            [
+                *("--bootstrap", broker.bootstrap, "--topic", topic),
+                *("--output", f"file://{work}/ckpt", "--no-tombstones", "--now-ms", str(NOW_MS)),
+            ],
+        )
+        figures = measure_loader(broker.bootstrap, topic, Path(work) / "ckpt")
+    print(json.dumps(figures), flush=True)
+    summary = json.loads(RESULTS.read_text())
+    largest = max(summary["runs"], key=lambda run: run["records"])
+    if largest["records"] != size:
+        raise RuntimeError(f"the results' largest run has {largest['records']} records")
+    largest["loader"] = figures
+    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     sizes = QUICK_SIZES if "--quick" in argv else SIZES
+    if "--loader-only" in argv:
+        return loader_only(sizes[-1])
     runs = []
     with embedded.running_broker() as broker, tempfile.TemporaryDirectory() as work:
         for size in sizes:
