@@ -125,9 +125,9 @@ async def test_commits_queued_together_are_produced_as_one_batch(
         appended: list[int] = []
         append = runtime._writer.append
 
-        async def counting_append(partition: int, batch: Any) -> None:
+        async def counting_append(partition: int, batch: Any) -> int:
             appended.append(len(batch))
-            await append(partition, batch)
+            return await append(partition, batch)
 
         runtime._writer.append = counting_append  # type: ignore[method-assign]
         await asyncio.gather(
