@@ -31,6 +31,7 @@ from kafka_group_operator.handlers import config
 from kafka_group_operator.runtime import checkpoints, coordinator_runtime, loader
 from kafka_group_records import checkpoint, codec, partitioning, records
 from tests.runtime import logs
+from tests.support import groups
 
 pytestmark = pytest.mark.broker
 
@@ -69,33 +70,6 @@ def commit(group: str, offsets: Mapping[tuple[str, int], int]) -> messages.Offse
     )
 
 
-async def settle(
-    runtime: coordinator_runtime.CoordinatorRuntime, group: str, members: list[str], topic: str
-) -> None:
-    """Heartbeat every member, reporting what it owns, until the group is Stable."""
-    epochs = dict.fromkeys(members, 0)
-    owned: dict[str, Mapping[str, frozenset[int]]] = {m: {} for m in members}
-    for _ in range(40):
-        for index, member_id in enumerate(members):
-            response = await runtime.heartbeat(
-                messages.HeartbeatRequest(
-                    group_id=group,
-                    member_id=member_id,
-                    member_epoch=epochs[member_id],
-                    instance_id=f"{group}-{index}",
-                    rebalance_timeout_ms=30_000,
-                    subscribed_topic_names=(topic,),
-                    owned_partitions=owned[member_id],
-                )
-            )
-            epochs[member_id] = response.member_epoch
-            if response.assignment is not None:
-                owned[member_id] = response.assignment
-        if (await runtime.describe_group(group)).state == "Stable":
-            return
-    raise AssertionError(f"group {group} never settled")
-
-
 def take_checkpoint(bootstrap: str, topic: str, location: Path) -> dict[int, int]:
     """What the compaction job does, without Spark: read every partition up to fresh markers,
     keep each key's newest record, leave out tombstoned keys and markers."""
@@ -125,7 +99,7 @@ async def write_history(config: coordinator_runtime.RuntimeConfig, data: str, at
         for index in range(3):
             group = f"members-{index}"
             await runtime.configure_group(messages.GroupSettings(group, topics=(data,)))
-            await settle(runtime, group, [f"{group}-a", f"{group}-b"], data)
+            await groups.settle(runtime, group, [f"{group}-a", f"{group}-b"], data)
         for round_ in range(5):
             for index in range(12):
                 await runtime.commit_offsets(
@@ -138,7 +112,9 @@ async def write_history(config: coordinator_runtime.RuntimeConfig, data: str, at
         for index in range(6, 18):  # half of them overwrite checkpointed keys, half are new
             await runtime.commit_offsets(commit(f"offsets-{index}", {(data, 0): 100 + index}))
         await runtime.remove_members(messages.RemoveMembersRequest("members-0", ("members-0-1",)))
-        await settle(runtime, "members-1", ["members-1-a", "members-1-b", "members-1-c"], data)
+        await groups.settle(
+            runtime, "members-1", ["members-1-a", "members-1-b", "members-1-c"], data
+        )
         # Tombstones after the checkpoint for keys the checkpoint holds.
         await runtime.delete_group(messages.DeleteGroupRequest("offsets-0"))
         await runtime.delete_group(messages.DeleteGroupRequest("members-2", force=True))

@@ -18,6 +18,7 @@ from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.runtime import errors as runtime_errors
 from kafka_group_records import codec, partitioning, records
 from tests.runtime import logs
+from tests.support import groups
 
 pytestmark = pytest.mark.broker
 
@@ -186,33 +187,6 @@ async def test_requests_while_loading_get_coordinator_load_in_progress(
         await loading.stop()
 
 
-async def _settle(
-    runtime: coordinator_runtime.CoordinatorRuntime, group: str, member_ids: list[str], topic: str
-) -> None:
-    """Heartbeat every member, reporting what it owns, until the group is Stable."""
-    epochs = dict.fromkeys(member_ids, 0)
-    owned: dict[str, Mapping[str, frozenset[int]]] = {m: {} for m in member_ids}
-    for _ in range(40):
-        for index, member_id in enumerate(member_ids):
-            response = await runtime.heartbeat(
-                messages.HeartbeatRequest(
-                    group_id=group,
-                    member_id=member_id,
-                    member_epoch=epochs[member_id],
-                    instance_id=f"{group}-{index}",
-                    rebalance_timeout_ms=30_000,
-                    subscribed_topic_names=(topic,),
-                    owned_partitions=owned[member_id],
-                )
-            )
-            epochs[member_id] = response.member_epoch
-            if response.assignment is not None:
-                owned[member_id] = response.assignment
-        if (await runtime.describe_group(group)).state == "Stable":
-            return
-    raise AssertionError(f"group {group} never settled: {await runtime.describe_group(group)}")
-
-
 async def test_group_state_records_restore_members_epochs_and_assignments(
     broker: embedded.EmbeddedBroker,
 ) -> None:
@@ -221,7 +195,7 @@ async def test_group_state_records_restore_members_epochs_and_assignments(
     config = _config(broker.bootstrap, logs.unique_topic())
     async with running(config) as runtime:
         await runtime.configure_group(messages.GroupSettings("members", topics=(topic,)))
-        await _settle(runtime, "members", ["m-a", "m-b", "m-c"], topic)
+        await groups.settle(runtime, "members", ["m-a", "m-b", "m-c"], topic)
         before = await runtime.describe_group("members")
         before_state = runtime.canonical_state()
     assert before.state == "Stable"
@@ -240,7 +214,7 @@ async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
     original = _config(broker.bootstrap, logs.unique_topic(), partitions=1)
     async with running(original) as runtime:
         await runtime.configure_group(messages.GroupSettings("churn", topics=(topic,)))
-        await _settle(runtime, "churn", ["m-1", "m-2"], topic)
+        await groups.settle(runtime, "churn", ["m-1", "m-2"], topic)
         await runtime.remove_members(messages.RemoveMembersRequest("churn", ("churn-1",)))
         for offset in range(30):
             await runtime.commit_offsets(_commit("offsets-only", {("x", offset % 3): offset}))
@@ -374,7 +348,7 @@ async def test_a_silent_member_is_fenced_at_its_session_deadline(
         await runtime.configure_group(
             messages.GroupSettings("sessions", topics=(topic,), session_timeout_ms=400)
         )
-        await _settle(runtime, "sessions", ["m-1"], topic)
+        await groups.settle(runtime, "sessions", ["m-1"], topic)
         assert len((await runtime.describe_group("sessions")).members) == 1
         for _ in range(50):
             await asyncio.sleep(0.1)
