@@ -1,7 +1,7 @@
-"""End-to-end tests against a real Kubernetes cluster (never part of ``make test``).
+"""End-to-end tests against a real Kubernetes cluster: part of `make test`, skipped without one.
 
-Run with ``pytest e2e`` when all of these are set, else every test is skipped saying which
-one is missing:
+They run (also alone, as ``pytest e2e``) when all of these are set; else every test is skipped,
+saying which one is missing:
 
 * ``KUBECONFIG``: the cluster (kind, k3d, a test cluster);
 * ``KGO_E2E_IMAGE``: the operator image, pullable by the cluster (it also runs the example
