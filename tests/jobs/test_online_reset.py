@@ -151,7 +151,7 @@ async def test_online_reset_with_members_consuming(
     reset_started = time.time()
     reset = {"to": "snapshot", "snapshot": "before", "dryRun": False}
     path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
-    await handlers_test.request(kmock, "PATCH", path, {"spec": {"offsetReset": reset}})
+    await kube.api_call(kmock, "PATCH", path, {"spec": {"offsetReset": reset}})
 
     def last_reset() -> dict[str, Any]:
         status = handlers_test.status_of(kmock, handlers_test.CG, "payments")

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import attrs
 import jsonschema
 import pytest
@@ -61,17 +60,6 @@ async def operator(
         yield running
 
 
-async def request(api: kube.ApiServer, method: str, path: str, body: Any) -> None:
-    headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(
-            method, f"{str(api.url).rstrip('/')}{path}", json=body, headers=headers
-        ) as response,
-    ):
-        assert response.status in (200, 201), await response.text()
-
-
 async def create_group(api: kube.ApiServer, topic: str, bootstrap: str, **spec: Any) -> None:
     body = {
         "apiVersion": "kafkagroups.io/v1alpha1",
@@ -85,7 +73,7 @@ async def create_group(api: kube.ApiServer, topic: str, bootstrap: str, **spec: 
             **spec,
         },
     }
-    await request(
+    await kube.api_call(
         api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups", body
     )
 
@@ -101,7 +89,7 @@ async def create_snapshot(api: kube.ApiServer, name: str, uri: str, mode: str) -
             "spark": {"mode": mode},
         },
     }
-    await request(
+    await kube.api_call(
         api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/offsetsnapshots", body
     )
 
@@ -124,7 +112,7 @@ async def commit(operator: kube.RunningOperator, offsets: dict[tuple[str, int], 
 async def set_application_state(api: kube.ApiServer, name: str, state: dict[str, str]) -> None:
     """What the spark-operator does as the application runs."""
     path = f"/apis/sparkoperator.k8s.io/v1beta2/namespaces/{NS}/sparkapplications/{name}/status"
-    await request(api, "PATCH", path, {"status": {"applicationState": state}})
+    await kube.api_call(api, "PATCH", path, {"status": {"applicationState": state}})
 
 
 def status_of(api: kube.ApiServer, resource: str, name: str) -> dict[str, Any]:

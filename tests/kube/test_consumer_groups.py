@@ -38,7 +38,7 @@ def group_body(topic: str, bootstrap: str, **spec: Any) -> dict[str, Any]:
 
 
 async def create(api: kube.ApiServer, body: dict[str, Any]) -> None:
-    await api_call(
+    await kube.api_call(
         api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups", body
     )
 
@@ -156,17 +156,6 @@ async def heartbeat_until(members: list[Member], predicate: Any, within: float =
         await asyncio.sleep(0.1)
 
 
-async def api_call(api: kube.ApiServer, method: str, path: str, body: Any = None) -> None:
-    headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(
-            method, f"{str(api.url).rstrip('/')}{path}", json=body, headers=headers
-        ) as response,
-    ):
-        assert response.status < 300, await response.text()
-
-
 def event_reasons(api: kube.ApiServer) -> set[str]:
     return {
         str(obj.raw.get("reason"))
@@ -206,7 +195,7 @@ async def test_scale_and_the_status_follows(
         lambda: (kmock.get(CG, NS, "orders") or {}).get("status", {}).get("replicas") == 2
     )
     # What `kubectl scale cg/orders --replicas=3` sends to the scale subresource.
-    await api_call(kmock, "PATCH", f"{GROUP_PATH}/scale", {"spec": {"replicas": 3}})
+    await kube.api_call(kmock, "PATCH", f"{GROUP_PATH}/scale", {"spec": {"replicas": 3}})
 
     def scaled() -> bool:
         status = (kmock.get(CG, NS, "orders") or {}).get("status") or {}
@@ -222,7 +211,7 @@ async def test_scale_and_the_status_follows(
     # The StatefulSet controller's count is what the status (and autoscalers) report.
     sts_status = "/apis/apps/v1/namespaces/shop/statefulsets/orders/status"
     for pods in (2, 3):
-        await api_call(kmock, "PATCH", sts_status, {"status": {"replicas": pods}})
+        await kube.api_call(kmock, "PATCH", sts_status, {"status": {"replicas": pods}})
         await operator.wait_for(
             lambda pods=pods: (kmock.get(CG, NS, "orders") or {})["status"]["replicas"] == pods
         )
@@ -235,7 +224,7 @@ async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
     await create(kmock, group_body(topic, broker.bootstrap, sessionTimeoutSeconds=120))
     await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
     for name in ("orders-0", "orders-1"):
-        await api_call(kmock, "POST", PODS_PATH, pod(name))
+        await kube.api_call(kmock, "POST", PODS_PATH, pod(name))
     url = operator.config.coordinator_url
     async with aiohttp.ClientSession() as session:
         first = Member(session, url, token_of(kmock), "orders-0", topic)
@@ -247,7 +236,7 @@ async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
         theirs = second.partitions
 
         # orders-1 restarts: its pod is deleted and its member leaves temporarily (-2).
-        await api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
+        await kube.api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
         status, _ = await second.heartbeat(epoch=-2)
         assert status == 200
         for _ in range(15):  # 1.5 s of heartbeats: time for the operator to act, if it would
@@ -260,15 +249,15 @@ async def test_deleted_pod_is_a_temporary_leave_and_scale_down_a_permanent_one(
         assert set(by_instance["orders-1"].assignment.get(topic, ())) == theirs
 
         # The pod comes back (a new pod, a new member id) and gets its partitions back.
-        await api_call(kmock, "POST", PODS_PATH, pod("orders-1"))
+        await kube.api_call(kmock, "POST", PODS_PATH, pod("orders-1"))
         returned = Member(session, url, token_of(kmock), "orders-1", topic)
         await heartbeat_until([first, returned], lambda: returned.partitions == theirs)
         assert first.partitions == kept
 
         # Scale down: orders-1 is gone for good and its partitions move at once, long before
         # the 120 s session timeout.
-        await api_call(kmock, "PATCH", f"{GROUP_PATH}/scale", {"spec": {"replicas": 1}})
-        await api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
+        await kube.api_call(kmock, "PATCH", f"{GROUP_PATH}/scale", {"spec": {"replicas": 1}})
+        await kube.api_call(kmock, "DELETE", f"{PODS_PATH}/orders-1")
         await heartbeat_until([first], lambda: first.partitions == {0, 1, 2, 3}, within=10)
         status, reply = await returned.heartbeat()
         assert status != 200, reply
@@ -310,7 +299,7 @@ async def test_delete_under_each_deletion_policy(
     fetch = messages.OffsetFetchRequest(group_id=group_id)
     assert (await operator.call(runtime.fetch_offsets(fetch))).offsets[(topic, 2)].offset == 42
 
-    await api_call(kmock, "DELETE", GROUP_PATH)
+    await kube.api_call(kmock, "DELETE", GROUP_PATH)
     await operator.wait_for(lambda: kmock.get(CG, NS, "orders") is None)
     offsets = (await operator.call(runtime.fetch_offsets(fetch))).offsets
     if policy == "Retain":
@@ -375,7 +364,7 @@ async def test_a_missing_secret_heals_on_retry(
         lambda: (condition(kmock, "Ready") or {}).get("reason") == "SecretNotFound"
     )
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kafka-tls"}, "data": {}}
-    await api_call(kmock, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)
+    await kube.api_call(kmock, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)
     # Retried with backoff, without any change to the resource.
     await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"), within=20)
     await operator.wait_for(
@@ -389,15 +378,15 @@ async def test_pause_reconciliation_annotation(
     await create(kmock, group_body(topic, broker.bootstrap))
     await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
     annotation = {"metadata": {"annotations": {"kafkagroups.io/pause-reconciliation": "true"}}}
-    await api_call(kmock, "PATCH", GROUP_PATH, annotation)
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, annotation)
     await operator.wait_for(
         lambda: (condition(kmock, "ReconciliationPaused") or {}).get("status") == "True"
     )
-    await api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 4}})
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 4}})
     await asyncio.sleep(1.0)
     assert kmock.get("apps/v1/statefulsets", NS, "orders")["spec"]["replicas"] == 2  # type: ignore[index]
     resume = {"metadata": {"annotations": {"kafkagroups.io/pause-reconciliation": None}}}
-    await api_call(kmock, "PATCH", GROUP_PATH, resume)
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, resume)
     await operator.wait_for(
         lambda: kmock.get("apps/v1/statefulsets", NS, "orders")["spec"]["replicas"] == 4  # type: ignore[index]
     )
@@ -425,7 +414,7 @@ async def test_paused_group_assigns_nothing_until_resumed(
         )
         assert condition(kmock, "Ready")["reason"] == "Paused"  # type: ignore[index]
 
-        await api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"paused": False}})
+        await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"paused": False}})
         await heartbeat_until([member], lambda: member.partitions == {0, 1, 2, 3})
 
 

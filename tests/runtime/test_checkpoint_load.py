@@ -11,11 +11,10 @@ between loads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +46,6 @@ class History:
     checkpoint: Path
     end_offsets: dict[int, int]
     full_state: dict[int, dict[str, Any]]
-
-
-@contextlib.asynccontextmanager
-async def running(
-    config: coordinator_runtime.RuntimeConfig,
-) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
-    runtime = coordinator_runtime.CoordinatorRuntime(config)
-    await asyncio.wait_for(runtime.start(), 60)
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
 
 
 def commit(group: str, offsets: Mapping[tuple[str, int], int]) -> messages.OffsetCommitRequest:
@@ -95,7 +82,7 @@ def take_checkpoint(bootstrap: str, topic: str, location: Path) -> dict[int, int
 
 
 async def write_history(config: coordinator_runtime.RuntimeConfig, data: str, at: Path) -> None:
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         for index in range(3):
             group = f"members-{index}"
             await runtime.configure_group(messages.GroupSettings(group, topics=(data,)))
@@ -108,7 +95,7 @@ async def write_history(config: coordinator_runtime.RuntimeConfig, data: str, at
         await runtime.commit_offsets(commit("deleted-early", {(data, 0): 1}))
         await runtime.delete_group(messages.DeleteGroupRequest("deleted-early"))
     await asyncio.to_thread(take_checkpoint, config.bootstrap_servers, config.topic, at)
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         for index in range(6, 18):  # half of them overwrite checkpointed keys, half are new
             await runtime.commit_offsets(commit(f"offsets-{index}", {(data, 0): 100 + index}))
         await runtime.remove_members(messages.RemoveMembersRequest("members-0", ("members-0-1",)))
@@ -123,7 +110,7 @@ async def write_history(config: coordinator_runtime.RuntimeConfig, data: str, at
 async def load_state(
     config: coordinator_runtime.RuntimeConfig,
 ) -> dict[int, dict[str, Any]]:
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         return runtime.canonical_state()
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,18 +33,6 @@ def _config(bootstrap: str, name: str, **overrides: Any) -> coordinator_runtime.
         metadata_interval_ms=500,
     )
     return replace(config, **overrides)
-
-
-@contextlib.asynccontextmanager
-async def running(
-    config: coordinator_runtime.RuntimeConfig,
-) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
-    runtime = coordinator_runtime.CoordinatorRuntime(config)
-    await asyncio.wait_for(runtime.start(), 60)
-    try:
-        yield runtime
-    finally:
-        await runtime.stop()
 
 
 def _commit(group: str, offsets: Mapping[tuple[str, int], int]) -> messages.OffsetCommitRequest:
@@ -78,7 +65,7 @@ async def test_fetch_after_restart_returns_exactly_what_was_acknowledged(
 ) -> None:
     config = _config(broker.bootstrap, logs.unique_topic())
     acknowledged: dict[str, messages.OffsetFetchResponse] = {}
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         for index in range(12):
             group = f"group-{index}"
             await runtime.commit_offsets(
@@ -86,7 +73,7 @@ async def test_fetch_after_restart_returns_exactly_what_was_acknowledged(
             )
             await runtime.commit_offsets(_commit(group, {("orders", 1): 3 * index}))
             acknowledged[group] = await runtime.fetch_offsets(messages.OffsetFetchRequest(group))
-    async with running(config) as restarted:
+    async with groups.running(config) as restarted:
         for group, before in acknowledged.items():
             after = await restarted.fetch_offsets(messages.OffsetFetchRequest(group))
             assert after == before
@@ -99,7 +86,7 @@ async def test_fetch_after_restart_returns_exactly_what_was_acknowledged(
 async def test_a_hundred_concurrent_committers(broker: embedded.EmbeddedBroker) -> None:
     config = _config(broker.bootstrap, logs.unique_topic())
     rounds = 10
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
 
         async def committer(index: int) -> None:
             # Ten committers share each group, so commits of one group meet in one batch.
@@ -113,7 +100,7 @@ async def test_a_hundred_concurrent_committers(broker: embedded.EmbeddedBroker) 
         live = {group: await _fetch(runtime, group) for group in (f"g{i}" for i in range(10))}
     expected = {f"g{g}": {("t", i): rounds for i in range(100) if i % 10 == g} for g in range(10)}
     assert live == expected
-    async with running(config) as restarted:
+    async with groups.running(config) as restarted:
         assert {group: await _fetch(restarted, group) for group in expected} == expected
 
 
@@ -122,7 +109,7 @@ async def test_commits_queued_together_are_produced_as_one_batch(
 ) -> None:
     name = logs.unique_topic()
     config = _config(broker.bootstrap, name)
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         appended: list[int] = []
         append = runtime._writer.append
 
@@ -141,7 +128,7 @@ async def test_commits_queued_together_are_produced_as_one_batch(
 async def test_deleting_a_group_tombstones_its_records(broker: embedded.EmbeddedBroker) -> None:
     name = logs.unique_topic()
     config = _config(broker.bootstrap, name)
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.configure_group(messages.GroupSettings("doomed", topics=("t",)))
         await runtime.commit_offsets(_commit("doomed", {("t", 0): 5, ("t", 1): 6}))
         await runtime.commit_offsets(_commit("kept", {("t", 0): 7}))
@@ -159,7 +146,7 @@ async def test_deleting_a_group_tombstones_its_records(broker: embedded.Embedded
         records.OffsetCommitKey("doomed", "t", 1),
     } <= tombstoned
     assert records.GroupConfigKey("doomed") in tombstoned
-    async with running(config) as restarted:
+    async with groups.running(config) as restarted:
         assert await _fetch(restarted, "doomed") == {}
         assert await _fetch(restarted, "kept") == {("t", 0): 7}
         assert "doomed" not in await restarted.list_groups()
@@ -169,7 +156,7 @@ async def test_requests_while_loading_get_coordinator_load_in_progress(
     broker: embedded.EmbeddedBroker,
 ) -> None:
     config = _config(broker.bootstrap, logs.unique_topic())
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.commit_offsets(_commit("g", {("t", 0): 1}))
     loading = coordinator_runtime.CoordinatorRuntime(replace(config, wait_until_loaded=False))
     await loading.start()
@@ -193,7 +180,7 @@ async def test_group_state_records_restore_members_epochs_and_assignments(
     topic = logs.unique_topic("orders")
     _create_topic(broker.bootstrap, topic, 6)
     config = _config(broker.bootstrap, logs.unique_topic())
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.configure_group(messages.GroupSettings("members", topics=(topic,)))
         await groups.settle(runtime, "members", ["m-a", "m-b", "m-c"], topic)
         before = await runtime.describe_group("members")
@@ -201,7 +188,7 @@ async def test_group_state_records_restore_members_epochs_and_assignments(
     assert before.state == "Stable"
     assert len(before.members) == 3
     assert sorted(p for m in before.members for p in m.assignment.get(topic, ())) == list(range(6))
-    async with running(config) as restarted:
+    async with groups.running(config) as restarted:
         assert await restarted.describe_group("members") == before
         assert restarted.canonical_state() == before_state
 
@@ -212,7 +199,7 @@ async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
     topic = logs.unique_topic("orders")
     _create_topic(broker.bootstrap, topic, 4)
     original = _config(broker.bootstrap, logs.unique_topic(), partitions=1)
-    async with running(original) as runtime:
+    async with groups.running(original) as runtime:
         await runtime.configure_group(messages.GroupSettings("churn", topics=(topic,)))
         await groups.settle(runtime, "churn", ["m-1", "m-2"], topic)
         await runtime.remove_members(messages.RemoveMembersRequest("churn", ("churn-1",)))
@@ -227,7 +214,7 @@ async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
     states = []
     for keep_tombstones in (True, False):
         copy = replace(original, topic=logs.unique_topic("compacted"))
-        async with running(copy):
+        async with groups.running(copy):
             pass  # creates the topic
         logs.produce(
             broker.bootstrap,
@@ -235,9 +222,9 @@ async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
             0,
             logs.compact_like_kafka(log, keep_tombstones=keep_tombstones),
         )
-        async with running(copy) as replayed:
+        async with groups.running(copy) as replayed:
             states.append(replayed.canonical_state())
-    async with running(original) as uncompacted:
+    async with groups.running(original) as uncompacted:
         states.append(uncompacted.canonical_state())
     assert states[0] == states[1] == states[2] == live_state
 
@@ -245,7 +232,7 @@ async def test_a_compacted_and_an_uncompacted_log_replay_to_the_same_state(
 async def test_offsets_retention_expiry_writes_tombstones(broker: embedded.EmbeddedBroker) -> None:
     name = logs.unique_topic()
     config = _config(broker.bootstrap, name, timer_interval_ms=100)
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.configure_group(
             messages.GroupSettings("idle", topics=("t",), offsets_retention_ms=500)
         )
@@ -263,7 +250,7 @@ async def test_offsets_retention_expiry_writes_tombstones(broker: embedded.Embed
         broker.bootstrap, name, partitioning.partition_for("idle", PARTITIONS)
     )
     assert (codec.encode_key(records.OffsetCommitKey("idle", "t", 0)), None) in log
-    async with running(config) as restarted:
+    async with groups.running(config) as restarted:
         assert await _fetch(restarted, "idle") == {}
 
 
@@ -276,7 +263,7 @@ async def test_group_lag_is_log_end_minus_committed(broker: embedded.EmbeddedBro
         producer.produce(topic, b"x", partition=0)
         producer.flush(10)
     config = _config(broker.bootstrap, logs.unique_topic())
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.commit_offsets(_commit("lagged", {(topic, 0): 3, (topic, 1): 0}))
         assert await runtime.group_lag("lagged") == {(topic, 0): 7, (topic, 1): 0}
         assert await runtime.group_lag("nobody") == {}
@@ -299,7 +286,7 @@ async def test_no_acknowledged_commit_is_lost_across_a_broker_restart(
     acknowledged: dict[str, int] = {}
     attempted: dict[str, set[int]] = {}
     retriable: list[errors.CoordinatorError] = []
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         restarted = asyncio.Event()
 
         async def committer(group: str) -> None:
@@ -328,7 +315,7 @@ async def test_no_acknowledged_commit_is_lost_across_a_broker_restart(
         live = {group: await _fetch(runtime, group) for group in acknowledged}
     assert retriable, "the outage was never noticed"
     assert all(error.retriable for error in retriable), retriable
-    async with running(config) as reloaded:
+    async with groups.running(config) as reloaded:
         for group, offset in acknowledged.items():
             stored = (await _fetch(reloaded, group))[("t", 0)]
             # A commit whose acknowledgement was lost may still have landed, never an older one.
@@ -344,7 +331,7 @@ async def test_a_silent_member_is_fenced_at_its_session_deadline(
     _create_topic(broker.bootstrap, topic, 2)
     # The periodic tick is an hour away: only the shard's own deadline can fence the member.
     config = _config(broker.bootstrap, logs.unique_topic(), timer_interval_ms=3_600_000)
-    async with running(config) as runtime:
+    async with groups.running(config) as runtime:
         await runtime.configure_group(
             messages.GroupSettings("sessions", topics=(topic,), session_timeout_ms=400)
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.runtime import coordinator_runtime
@@ -33,3 +35,16 @@ async def settle(
         if (await runtime.describe_group(group)).state == "Stable":
             return
     raise AssertionError(f"group {group} never settled: {await runtime.describe_group(group)}")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: coordinator_runtime.RuntimeConfig,
+) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
+    """A started runtime (its load done), stopped on exit."""
+    runtime = coordinator_runtime.CoordinatorRuntime(config)
+    await asyncio.wait_for(runtime.start(), 60)
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()

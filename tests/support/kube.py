@@ -24,6 +24,7 @@ import uuid
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
+import aiohttp
 import attrs
 import jsonpatch
 import kopf
@@ -371,3 +372,15 @@ def operator_config_for(
         **overrides,
     }
     return operator_config.OperatorConfig(**settings)
+
+
+async def api_call(api: ApiServer, method: str, path: str, body: Any = None) -> None:
+    """One request to the API server as a client (kubectl) would send it; fails on an error."""
+    headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method, f"{str(api.url).rstrip('/')}{path}", json=body, headers=headers
+        ) as response,
+    ):
+        assert response.status < 300, await response.text()
