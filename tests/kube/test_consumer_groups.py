@@ -372,6 +372,61 @@ async def test_a_missing_secret_heals_on_retry(
     )
 
 
+async def test_a_child_the_api_server_refuses_is_reported_until_the_next_edit(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    # What a real API server answers for, e.g., a pod template with an invalid volume name.
+    refusal = kmock.reject(
+        "apps/v1/statefulsets",
+        422,
+        'StatefulSet.apps "orders" is invalid: spec.template.spec.volumes[0].name: Invalid value',
+    )
+    await create(kmock, group_body(topic, broker.bootstrap))
+    ready = await operator.wait_for(
+        lambda: (
+            (found := condition(kmock, "Ready")) and found["reason"] == "InvalidTemplate" and found
+        )
+    )
+    assert ready["status"] == "False"
+    assert "spec.template.spec.volumes[0].name" in ready["message"]
+    assert ready["observedGeneration"] == 1
+    # A permanent error: not retried (the operator's retries start at 0.5 s), and the
+    # status daemon does not overwrite the condition.
+    attempts = kmock.rejected[refusal]
+    await asyncio.sleep(3.0)
+    assert kmock.rejected[refusal] == attempts == 1
+    assert (condition(kmock, "Ready") or {}).get("reason") == "InvalidTemplate"
+    # The next edit is tried again; once the API server accepts it, the group runs.
+    kmock.rejections.remove(refusal)
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 1}})
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    await operator.wait_for(
+        lambda: (condition(kmock, "Ready") or {}).get("reason") != "InvalidTemplate"
+    )
+
+
+async def test_a_forbidden_child_is_reported_and_heals_when_rbac_is_fixed(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    # What OwnerReferencesPermissionEnforcement answers without update on .../finalizers.
+    refusal = kmock.reject(
+        "v1/services",
+        403,
+        'services "orders" is forbidden: cannot set blockOwnerDeletion if an ownerReference '
+        "refers to a resource you can't set finalizers on",
+    )
+    await create(kmock, group_body(topic, broker.bootstrap))
+    ready = await operator.wait_for(
+        lambda: (found := condition(kmock, "Ready")) and found["reason"] == "Forbidden" and found
+    )
+    assert ready["status"] == "False"
+    assert "cannot set blockOwnerDeletion" in ready["message"]
+    # Fixing RBAC does not edit the resource: the operator retries with backoff.
+    kmock.rejections.remove(refusal)
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"), within=30)
+    await operator.wait_for(lambda: (condition(kmock, "Ready") or {}).get("reason") != "Forbidden")
+
+
 async def test_pause_reconciliation_annotation(
     kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
 ) -> None:

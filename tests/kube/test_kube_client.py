@@ -57,6 +57,21 @@ async def test_errors_are_ours(api: client.KubeClient) -> None:
     await gone.close()
 
 
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(400, errors.Invalid), (422, errors.Invalid), (403, errors.Forbidden)],
+)
+async def test_refusals_are_told_apart(
+    kmock: kube.ApiServer, api: client.KubeClient, status: int, error: type[errors.KubeError]
+) -> None:
+    kmock.reject("v1/secrets", status, "refused for a reason", name="bad")
+    with pytest.raises(error) as caught:
+        await api.create(client.SECRETS, "ns", _secret("bad"))
+    assert caught.value.status == status
+    assert "refused for a reason" in str(caught.value)
+    await api.create(client.SECRETS, "ns", _secret("good"))  # only the chosen object
+
+
 async def test_list_filters_by_labels(api: client.KubeClient) -> None:
     await api.create(client.SECRETS, "ns", _secret("a", {"group": "x"}))
     await api.create(client.SECRETS, "ns", _secret("b", {"group": "y"}))

@@ -5,7 +5,9 @@ and the emulator lacks: every object gets a ``uid``, a ``creationTimestamp`` and
 ``generation`` (bumped on spec changes), and every change a new ``resourceVersion``; a
 failed JSON-patch ``test`` answers 422 (not 500); lists carry a resourceVersion and a watch
 from a resourceVersion replays what happened since, so no event is lost between a list and
-its watch or across a reconnect.
+its watch or across a reconnect. ``reject`` makes it refuse chosen requests with a chosen
+status (a 422 for an invalid object, a 403 for a missing RBAC rule), as a real API server
+would, and counts them.
 
 ``RunningOperator`` runs the real operator (``kopf.operator`` with our handlers) in its own
 thread and event loop, as kopf must not share pytest-asyncio's loop: kopf cancels tasks it
@@ -89,9 +91,24 @@ class RecordingBus(aiobus.Bus[Any]):
         await super().put(*stamped)
 
 
+@attrs.define(frozen=True)
+class Rejection:
+    """Requests of ``action`` on ``resource`` (``name`` or any) answered with ``status``."""
+
+    resource: str
+    action: str
+    status: int
+    reason: str
+    message: str
+    name: str | None = None
+
+
 @attrs.define(kw_only=True)
 class ApiServer(k8s.KubernetesEmulator):
     _versions: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
+    rejections: list[Rejection] = attrs.field(factory=list, init=False)
+    # How many requests each rejection refused.
+    rejected: collections.Counter[Rejection] = attrs.field(factory=collections.Counter, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -104,8 +121,43 @@ class ApiServer(k8s.KubernetesEmulator):
     def _next_version(self) -> str:
         return str(next(self._versions))
 
+    def reject(
+        self,
+        resource: str,
+        status: int,
+        message: str,
+        action: str = "create",
+        name: str | None = None,
+    ) -> Rejection:
+        """Refuse ``action`` on ``resource`` (``name``, or any) with ``status`` from now on."""
+        reasons = {400: "BadRequest", 403: "Forbidden", 422: "Invalid"}
+        rejection = Rejection(resource, action, status, reasons.get(status, "Error"), message, name)
+        self.rejections.append(rejection)
+        return rejection
+
+    def _rejection(self, request: rendering.Request) -> Rejection | None:
+        # A create names its object in the body, every other request in the path.
+        body = request.data if isinstance(request.data, dict) else {}
+        name = request.name or (body.get("metadata") or {}).get("name")
+        for rejection in self.rejections:
+            if (
+                request.resource == references.resource(rejection.resource)
+                and request.action == enums.action(rejection.action.upper())
+                and rejection.name in (None, name)
+            ):
+                return rejection
+        return None
+
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
+            rejection = self._rejection(request)
+            if rejection is not None:
+                self.rejected[rejection] += 1
+                return await self._render_error(
+                    k8s.KubernetesError(
+                        status=rejection.status, reason=rejection.reason, message=rejection.message
+                    )
+                )
             error = await self._prepare(request)
             if error is not None:
                 return await self._render_error(error)

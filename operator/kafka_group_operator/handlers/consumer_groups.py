@@ -94,6 +94,12 @@ async def reconcile(
     try:
         group = parse(body)
         await _check_dependencies(state, group)
+        await _apply_children_or_report(state, group, body)
+        await state.runtime.configure_group(
+            group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
+        )
+        description = await refresh_status(state, group, body)
+        await remove_surplus_members(state, group, description, body)
     except spec_errors.SpecError as error:
         error_status = group_status.build_error_status(
             error, generation, status.get("conditions"), now
@@ -106,13 +112,6 @@ async def reconcile(
         raise kopf.TemporaryError(
             error.message, delay=retry_delay(retry, state.config.retry_base_seconds)
         ) from error
-    try:
-        await apply_children(state, group, body)
-        await state.runtime.configure_group(
-            group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
-        )
-        description = await refresh_status(state, group, body)
-        await remove_surplus_members(state, group, description, body)
     except (kube_errors.KubeError, coordinator_errors.CoordinatorError) as error:
         kopf.warn(body, reason="ReconcileFailed", message=str(error))
         raise kopf.TemporaryError(
@@ -156,6 +155,25 @@ async def _check_dependencies(
         group.topics,
         state.config.kafka_probe_timeout_seconds,
     )
+
+
+async def _apply_children_or_report(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, owner: kopf.Body
+) -> None:
+    """``apply_children``, with the API server's refusals turned into reportable errors.
+
+    A 400/422 (an invalid pod template, a name the API refuses) fails the same way on every
+    retry, so it is reported as ``InvalidTemplate`` and waits for the next edit; a 403 is
+    ``Forbidden``, retried with backoff until the operator's RBAC is fixed.
+    """
+    try:
+        await apply_children(state, group, owner)
+    except kube_errors.Invalid as error:
+        raise spec_errors.InvalidTemplate(f"the API server refused a child: {error}") from error
+    except kube_errors.Forbidden as error:
+        raise spec_errors.Forbidden(
+            f"the operator may not manage this group's children: {error}"
+        ) from error
 
 
 async def apply_children(

@@ -234,6 +234,10 @@ def _wrap(error: Any, method: str, path: str) -> errors.KubeError:
         return errors.NotFound(message, status)
     if status == 409:
         return errors.Conflict(message, status)
+    if status in (400, 422):
+        return errors.Invalid(message, status)
+    if status == 403:
+        return errors.Forbidden(message, status)
     if status == 0:
         return errors.Unreachable(message, status)
     return errors.KubeError(message, status)

@@ -19,5 +19,13 @@ class Conflict(KubeError):
     """The object already exists or changed meanwhile (HTTP 409)."""
 
 
+class Invalid(KubeError):
+    """The API server refused the object as malformed (HTTP 400 or 422): only an edit helps."""
+
+
+class Forbidden(KubeError):
+    """The operator's identity may not do this (HTTP 403): its RBAC lacks a rule."""
+
+
 class Unreachable(KubeError):
     """The API server did not answer."""

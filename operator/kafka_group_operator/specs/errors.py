@@ -25,6 +25,20 @@ class InvalidSpec(SpecError):
     reason = "InvalidSpec"
 
 
+class InvalidTemplate(InvalidSpec):
+    """The API server refused a child built from the spec (HTTP 400/422), such as an invalid
+    pod template: only an edit of the resource can help."""
+
+    reason = "InvalidTemplate"
+
+
+class Forbidden(SpecError):
+    """The API server forbade creating or changing a child (HTTP 403): the operator's RBAC
+    lacks a rule. Retried with backoff, as fixing the RBAC does not edit the resource."""
+
+    reason = "Forbidden"
+
+
 class UnknownTopic(SpecError):
     """A subscribed topic does not exist on the Kafka cluster."""
 
