@@ -62,6 +62,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [kafkagroups.io]
   resources: [consumergroups/status, offsetsnapshots/status]
   verbs: [get, patch]
+# Children carry ownerReferences with blockOwnerDeletion; where the
+# OwnerReferencesPermissionEnforcement admission plugin runs (OpenShift, hardened clusters),
+# setting one needs update on the owner's finalizers, else every child is refused (403).
+- apiGroups: [kafkagroups.io]
+  resources: [consumergroups/finalizers, offsetsnapshots/finalizers]
+  verbs: [update]
 # The consumers of each group.
 - apiGroups: [apps]
   resources: [statefulsets]
