@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kafka_group_operator.specs import consumer_group, errors
+from tests.support import kube_schema
 
 
 def _spec(**changes: Any) -> dict[str, Any]:
@@ -80,3 +81,33 @@ def test_invalid_specs(name: str, spec: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.InvalidSpec, match=message) as caught:
         consumer_group.parse_consumer_group(name, "shop", spec)
     assert caught.value.reason == "InvalidSpec"
+
+
+@pytest.mark.parametrize(
+    ("name", "accepted"),
+    [
+        ("orders", True),
+        ("o", True),
+        ("orders-v2", True),
+        ("a" * 52, True),
+        # controller-revision-hash=<name>-<10-character hash> would exceed 63 characters.
+        ("a" * 53, False),
+        ("orders.v2", False),  # a DNS subdomain, not a label: the Service would be refused
+        ("Orders", False),
+        ("2orders", False),  # DNS-1035: starts with a letter
+        ("orders-", False),
+    ],
+)
+def test_the_crd_and_the_spec_accept_the_same_names(name: str, accepted: bool) -> None:
+    resource = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": _spec(),
+    }
+    assert (kube_schema.cel_violations("consumergroups", resource) == []) is accepted
+    if accepted:
+        consumer_group.parse_consumer_group(name, "shop", _spec())
+    else:
+        with pytest.raises(errors.InvalidSpec, match="name"):
+            consumer_group.parse_consumer_group(name, "shop", _spec())

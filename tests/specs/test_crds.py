@@ -86,6 +86,7 @@ def test_examples_are_valid(plural: str, kind: str) -> None:
     for resource in resources:
         kube_schema.validate(plural, resource)
         assert list(kube_schema.pruned_paths(kube_schema.schema_of(plural), resource)) == []
+        assert kube_schema.cel_violations(plural, resource) == []
 
 
 def _example_group() -> dict[str, Any]:

@@ -3,7 +3,9 @@
 jsonschema checks types, enums, bounds, patterns and required fields of the CRD's
 ``openAPIV3Schema``; ``pruned_paths`` adds what jsonschema cannot: the API server silently
 drops (prunes) every field a structural schema does not declare, so a status the operator
-writes must not contain any.
+writes must not contain any. ``cel_violations`` evaluates the schema's CEL rules
+(``x-kubernetes-validations``) with a CEL interpreter, as the API server does on a create
+(``old`` absent: transition rules are skipped) or an update.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import celpy
 import jsonschema
 import yaml
 
@@ -84,6 +87,36 @@ def pruned_paths(schema: Mapping[str, Any], value: Any, path: str = "") -> Itera
     elif isinstance(value, list) and "items" in schema:
         for index, item in enumerate(value):
             yield from pruned_paths(schema["items"], item, f"{path}[{index}]")
+
+
+def cel_violations(
+    plural: str, resource: Mapping[str, Any], old: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The messages of the CEL rules ``resource`` breaks (an update of ``old`` if given)."""
+    return list(_cel(celpy.Environment(), schema_of(plural), resource, old))
+
+
+def _cel(environment: Any, schema: Mapping[str, Any], value: Any, old: Any) -> Iterator[str]:
+    for rule in schema.get("x-kubernetes-validations", ()):
+        if "oldSelf" in rule["rule"] and old is None:
+            continue  # a transition rule applies only to updates of an existing value
+        program = environment.program(environment.compile(rule["rule"]))
+        activation = {"self": celpy.json_to_cel(value)}
+        if old is not None:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        if not bool(program.evaluate(activation)):
+            yield str(rule.get("message", rule["rule"]))
+    if isinstance(value, Mapping):
+        old_map = old if isinstance(old, Mapping) else {}
+        for key, item in value.items():
+            child = (schema.get("properties") or {}).get(key)
+            if child is None and isinstance(schema.get("additionalProperties"), Mapping):
+                child = schema["additionalProperties"]
+            if child is not None:
+                yield from _cel(environment, child, item, old_map.get(key))
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for item in value:
+            yield from _cel(environment, schema["items"], item, None)
 
 
 def examples(kind: str) -> list[dict[str, Any]]:

@@ -22,7 +22,11 @@ DELETION_POLICIES = ("Retain", "Delete")
 # Kafka's legal characters for topic and group names (Topic.LEGAL_CHARS).
 _KAFKA_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^[^\s,:]+:[0-9]{1,5}$")
-# Pod names are <name>-<ordinal>; the ordinal suffix must still fit a DNS label (63).
+# The name is the StatefulSet's and the headless Service's. A Service name must be a DNS-1035
+# label. The StatefulSet controller labels each pod controller-revision-hash=<name>-<hash>,
+# the hash up to 10 characters and a label value at most 63, so a longer name gets no pod
+# at all (kubernetes/kubernetes#64023): 63 - 1 - 10 = 52. The CRD has the same two rules.
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _MAX_NAME_LENGTH = 52
 
 
@@ -65,10 +69,15 @@ def parse_consumer_group(
     name: str, namespace: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None
 ) -> ConsumerGroupSpec:
     """Validate ``spec`` and return its typed view; raise ``errors.InvalidSpec`` otherwise."""
+    if not _DNS_1035_LABEL.match(name):
+        raise errors.InvalidSpec(
+            f"the name {name!r} is not a DNS-1035 label (lower-case letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit)"
+        )
     if len(name) > _MAX_NAME_LENGTH:
         raise errors.InvalidSpec(
-            f"the name {name!r} is longer than {_MAX_NAME_LENGTH} characters; "
-            "pod names <name>-<ordinal> would not fit a DNS label"
+            f"the name {name!r} is longer than {_MAX_NAME_LENGTH} characters; the StatefulSet's "
+            "pods are labelled controller-revision-hash=<name>-<10-character hash>, at most 63"
         )
     group_id = _string(spec, "groupId", default_group_id(namespace, name))
     if not _KAFKA_NAME.match(group_id):
