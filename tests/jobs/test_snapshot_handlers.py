@@ -55,7 +55,7 @@ def data_topic(broker: embedded.EmbeddedBroker) -> str:
 async def operator(
     kmock: kube.ApiServer, broker: embedded.EmbeddedBroker
 ) -> AsyncIterator[kube.RunningOperator]:
-    config = kube.operator_config_for(kmock, broker.bootstrap)
+    config = kube.operator_config_for(kmock, broker.bootstrap, retry_base_seconds=0.5)
     async with kube.RunningOperator(config) as running:
         yield running
 
@@ -182,3 +182,32 @@ async def test_snapshot_as_a_spark_application_mirrored_and_retried(
     assert (status["records"], status["partitions"], status["checksum"]) == (2, 2, "sha256:00")
     ready = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
+
+
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_a_snapshot_of_a_missing_group_is_pending_until_the_group_exists(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+) -> None:
+    await create_snapshot(kmock, "early", f"file://{tmp_path}", "operator")
+    status = await operator.wait_for(
+        lambda: (found := status_of(kmock, SNAPSHOTS, "early")).get("phase") and found, 60
+    )
+    assert status["phase"] == "Pending"
+    (ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "GroupNotFound")
+    assert "'payments'" in ready["message"]
+    assert kmock.get(SPARK_APPS, NS, "early") is None
+    assert not status.get("run")
+    # Retried: once the group is there, the snapshot runs without any edit.
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "early").get("sparkApplication"), 60
+    )
+    (ready,) = [
+        c for c in status_of(kmock, SNAPSHOTS, "early")["conditions"] if c["type"] == "Ready"
+    ]
+    assert ready["reason"] == "Running"

@@ -96,6 +96,7 @@ async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
         *arguments,
         "--master",
         LOCAL_MASTER,
+        "--json",  # the result as one KGO-RESULT line, for outcome_of
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -161,10 +162,14 @@ def ready(
 # OffsetSnapshot
 
 
+class GroupNotFound(LookupError):
+    """The snapshot's ``consumerGroupRef`` names no ConsumerGroup (yet): retried."""
+
+
 async def _group_of(kube: kube_client.KubeClient, namespace: str, name: str) -> Any:
     body = await kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, name)
     if body is None:
-        raise kopf.TemporaryError(f"ConsumerGroup {name!r} not found", delay=30)
+        raise GroupNotFound(f"ConsumerGroup {name!r} (consumerGroupRef) does not exist")
     return consumer_groups.parse(body)
 
 
@@ -216,13 +221,36 @@ async def launch_snapshot(body: Mapping[str, Any], attempt: int, memo: Any) -> d
 @kopf.on.resume(*SNAPSHOTS)
 @kopf.on.create(*SNAPSHOTS)
 async def start_snapshot(
-    body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any, **_: Any
+    body: kopf.Body,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    retry: int,
+    memo: Any,
+    **_: Any,
 ) -> None:
+    generation = meta.get("generation")
     if status.get("phase") in ("Succeeded", "Failed") or status.get("run"):
         return  # finished, or a run is already followed by the timer
-    update = await launch_snapshot(body, int(status.get("attempts") or 0) + 1, memo)
+    try:
+        update = await launch_snapshot(body, int(status.get("attempts") or 0) + 1, memo)
+    except GroupNotFound as error:
+        # Pending until the group appears (it may be applied after its snapshot).
+        patch.status.update(
+            {
+                "phase": "Pending",
+                "message": str(error),
+                "conditions": ready(
+                    False, "GroupNotFound", str(error), status.get("conditions"), generation
+                ),
+            }
+        )
+        base = lifecycle.state_of(memo).config.retry_base_seconds
+        raise kopf.TemporaryError(
+            str(error), delay=consumer_groups.retry_delay(retry, base)
+        ) from error
     update["conditions"] = ready(
-        False, "Running", update["message"], status.get("conditions"), meta.get("generation")
+        False, "Running", update["message"], status.get("conditions"), generation
     )
     patch.status.update(update)
 
