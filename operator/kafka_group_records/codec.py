@@ -18,6 +18,26 @@ Kafka's schemas (``group-coordinator/src/main/resources/common/message``), as wr
   member's metadata the tagged ``ClassicMemberMetadata`` is skipped: we never host classic
   members, and re-encoding such a value drops it.
 
+Every string, compact or not, is at most 32,767 UTF-8 bytes: Kafka's generated message
+code refuses a longer one both when writing (``'<field>' field is too long to be
+serialized``) and when reading (``string field <field> had invalid length``), see
+``generator/src/main/java/org/apache/kafka/message/MessageDataGenerator.java``. So does this
+codec, with a ``CodecError``; a string that is not encodable as UTF-8 (a lone surrogate) is
+a ``CodecError`` too.
+
+Member states in ``ConsumerGroupCurrentMemberAssignmentValue.State`` are Kafka's
+``MemberState`` ids (STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2, UNKNOWN 127).
+Earlier versions of this operator wrote their own numbering (UNREVOKED 0, UNRELEASED 1,
+STABLE 2, UNKNOWN 3), in records that are otherwise identical. To tell them apart, every
+current-assignment value we write carries one tagged field of our own in its closing
+tagged-field section: tag ``MEMBER_STATE_IDS_TAG`` (1000, far above the tags Kafka hands out
+from 0), one byte ``1`` meaning "State holds Kafka's ids". Kafka's readers keep an unknown
+tag as an unknown tagged field, so they read the value unchanged. A value without the tag
+was written by an earlier version (those never wrote a tagged field), and its state is
+renumbered once, on reading, through ``_OLD_MEMBER_STATE_IDS``. The marker travels inside
+each record, so compaction cannot separate a record from it; re-writing an old record
+(the coordinator's next write for that member, or the compaction job) writes the marker.
+
 Our own records use key versions far above Kafka's, so Kafka's loader skips them as unknown
 types; their keys follow Kafka's non-flexible key style and their values Kafka's flexible
 style, version 0, so that fields can later be added as tagged fields:
@@ -63,6 +83,19 @@ OFFSET_COMMIT_VALUE_EXPIRING_VERSION = 1
 
 class CodecError(ValueError):
     """Bytes that are not a valid record. Carries Kafka's ``CORRUPT_MESSAGE`` code."""
+# Kafka's generated code refuses strings longer than this many bytes (see above).
+MAX_STRING_BYTES = 0x7FFF
+
+# Our tagged field in ConsumerGroupCurrentMemberAssignmentValue: its presence says that
+# ``State`` holds Kafka's MemberState ids (see the module docstring).
+MEMBER_STATE_IDS_TAG = 1000
+MEMBER_STATE_IDS_KAFKA = 1
+_MEMBER_STATE_IDS_FIELD = bytes((0x01, 0xE8, 0x07, 0x01, MEMBER_STATE_IDS_KAFKA))
+# The numbering of records written without the tag -> Kafka's id; anything else reads as
+# Kafka's UNKNOWN (127).
+_OLD_MEMBER_STATE_IDS = {0: 1, 1: 2, 2: 0}
+_KAFKA_UNKNOWN_MEMBER_STATE = 127
+
 
     code: ClassVar[int] = 2
     name: ClassVar[str] = "CORRUPT_MESSAGE"
@@ -139,9 +172,7 @@ class _Writer:
         self.buffer += value.bytes
 
     def string(self, value: str) -> None:
-        raw = value.encode()
-        if len(raw) > 0x7FFF:
-            raise CodecError(f"string of {len(raw)} bytes exceeds Kafka's int16 length")
+        raw = _utf8(value)
         self.buffer += _INT16.pack(len(raw))
         self.buffer += raw
 
@@ -155,7 +186,7 @@ class _Writer:
         if value is None:
             self.uvarint(0)
             return
-        raw = value.encode()
+        raw = _utf8(value)
         self.uvarint(len(raw) + 1)
         self.buffer += raw
 
@@ -185,6 +216,17 @@ class _Writer:
 def _encode_offset_commit_value(value: records.OffsetCommitValue) -> bytes:
     if value.expire_timestamp != -1:
         # Only version 1 can carry an explicit expiry (and it has no leader epoch).
+def _utf8(value: str) -> bytes:
+    """``value`` as UTF-8, refused as Kafka refuses it when longer than 32,767 bytes."""
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError as error:
+        raise CodecError(f"string is not encodable as UTF-8: {error.reason}") from None
+    if len(raw) > MAX_STRING_BYTES:
+        raise CodecError(f"string of {len(raw)} bytes exceeds Kafka's {MAX_STRING_BYTES}")
+    return raw
+
+
         writer = _Writer(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
         writer.int64(value.offset)
         writer.string(value.metadata)
@@ -206,9 +248,7 @@ def _encode_offset_commit_value(value: records.OffsetCommitValue) -> bytes:
 def encode_key(key: records.RecordKey) -> bytes:
     """Kafka's bytes for ``key``: its key version (the record type), then its fields."""
     if isinstance(key, records.OffsetCommitKey):
-        group, topic = key.group.encode(), key.topic.encode()
-        if len(group) > 0x7FFF or len(topic) > 0x7FFF:
-            raise CodecError("group or topic name exceeds Kafka's int16 string length")
+        group, topic = _utf8(key.group), _utf8(key.topic)
         return b"".join(
             (
                 _VERSION_AND_LENGTH.pack(OFFSET_COMMIT_KEY_V1, len(group)),
@@ -278,6 +318,8 @@ def encode_value(value: records.RecordValue) -> bytes:
     elif isinstance(value, records.GroupConfigValue):
         writer.compact_string(value.assignor)
         writer.int32(value.session_timeout_ms)
+        writer.buffer += _MEMBER_STATE_IDS_FIELD
+        return writer.done()
         writer.int32(value.rebalance_timeout_ms)
         writer.int32(value.heartbeat_interval_ms)
         writer.int64(value.offsets_retention_ms)
@@ -367,6 +409,8 @@ class _Reader:
         if value is None:
             raise CodecError("null where a compact string is required")
         return value
+        if length > MAX_STRING_BYTES:
+            raise CodecError(f"string of {length} bytes exceeds Kafka's {MAX_STRING_BYTES}")
 
     def compact_count(self) -> int:
         count = self.uvarint() - 1
@@ -382,9 +426,11 @@ class _Reader:
         values: tuple[int, ...] = struct.unpack(f">{count}i", self._take(4 * count))
         return values
 
-    def skip_tagged_fields(self) -> None:
+    def skip_tagged_fields(self) -> set[int]:
+        """Skips a tagged-field section; returns the tags it held (their data is ignored)."""
+        tags = set()
         for _ in range(self.uvarint()):
-            self.uvarint()  # the tag: no tagged field is interpreted here
+            tags.add(self.uvarint())
             self._take(self.uvarint())
 
     def topic_partitions(self) -> tuple[records.TopicPartitions, ...]:
@@ -393,6 +439,7 @@ class _Reader:
             topic_id = self.uuid()
             partitions = self.compact_int32s()
             self.skip_tagged_fields()
+        return tags
             entries.append(records.TopicPartitions(topic_id, partitions))
         return tuple(entries)
 
@@ -569,14 +616,22 @@ def _member_metadata_value(reader: _Reader) -> records.RecordValue:
 
 def _current_assignment_value(reader: _Reader) -> records.RecordValue:
     return records.ConsumerGroupCurrentMemberAssignmentValue(
-        member_epoch=reader.int32(),
-        previous_member_epoch=reader.int32(),
-        state=reader.int8(),
-        assigned_partitions=reader.topic_partitions(),
-        partitions_pending_revocation=reader.topic_partitions(),
+        member_epoch=member_epoch,
+        previous_member_epoch=previous_member_epoch,
+        state=state,
+        assigned_partitions=assigned,
+        partitions_pending_revocation=pending,
     )
 
 
+    """Reads its own tagged fields: the state ids depend on our marker tag being there."""
+    member_epoch = reader.int32()
+    previous_member_epoch = reader.int32()
+    state = reader.int8()
+    assigned = reader.topic_partitions()
+    pending = reader.topic_partitions()
+    if MEMBER_STATE_IDS_TAG not in reader.skip_tagged_fields():
+        state = _OLD_MEMBER_STATE_IDS.get(state, _KAFKA_UNKNOWN_MEMBER_STATE)
 def _group_config_value(reader: _Reader) -> records.RecordValue:
     return records.GroupConfigValue(
         assignor=reader.compact_string(),
@@ -593,7 +648,8 @@ def _load_marker_value(reader: _Reader) -> records.RecordValue:
     return records.LoadMarkerValue(nonce=reader.compact_string(), written_at_ms=reader.int64())
 
 
-# Flexible version-0 values: the field decoder; the closing tagged fields are read after it.
+# Flexible version-0 values: the field decoder; the closing tagged fields are read after it,
+# except for the current assignment's, which its decoder reads.
 _FLEXIBLE_VALUE_DECODERS: dict[type, Callable[[_Reader], records.RecordValue]] = {
     records.ConsumerGroupMetadataKey: lambda r: records.ConsumerGroupMetadataValue(r.int32()),
     records.ConsumerGroupPartitionMetadataKey: _partition_metadata_value,
@@ -628,7 +684,8 @@ def decode_value(key: records.RecordKey, data: bytes | None) -> records.RecordVa
         raise UnsupportedValueVersion(f"{type(key).__name__} value version {version} (reads 0)")
     reader = _Reader(data, 2)
     value = decoder(reader)
-    reader.skip_tagged_fields()
+    if decoder is not _current_assignment_value:
+        reader.skip_tagged_fields()
     return value
 
 

@@ -169,8 +169,9 @@ class ConsumerGroupCurrentMemberAssignmentKey:
 class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
-    # Kafka's MemberState ids: 0 UNREVOKED_PARTITIONS, 1 UNRELEASED_PARTITIONS, 2 STABLE,
-    # 3 UNKNOWN (see ``coordinator.group_state.MemberState``).
+    # Kafka's MemberState ids: 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED_PARTITIONS,
+    # 127 UNKNOWN (see ``coordinator.group_state.MemberState``; the codec renumbers records
+    # written by earlier versions, which used ids of their own).
     state: int
     assigned_partitions: tuple[TopicPartitions, ...]
     partitions_pending_revocation: tuple[TopicPartitions, ...]

@@ -66,7 +66,17 @@ def test_member_table_never_enters_unknown() -> None:
         with pytest.raises(errors.IllegalStateTransition):
             group_state.check_member_transition("m", state, MemberState.UNKNOWN, "event")
     assert group_state.member_state_from_id(7) is MemberState.UNKNOWN
-    assert [state.value for state in MemberState] == [0, 1, 2, 3]  # Kafka's ids
+    assert group_state.member_state_from_id(3) is MemberState.UNKNOWN
+
+
+def test_member_state_ids_are_kafkas() -> None:
+    # apache/kafka group-coordinator/src/main/java/org/apache/kafka/coordinator/group/modern/
+    # MemberState.java: STABLE((byte) 0), UNREVOKED_PARTITIONS((byte) 1),
+    # UNRELEASED_PARTITIONS((byte) 2), UNKNOWN((byte) 127).
+    kafka = {"STABLE": 0, "UNREVOKED_PARTITIONS": 1, "UNRELEASED_PARTITIONS": 2, "UNKNOWN": 127}
+    assert {state.name: state.value for state in MemberState} == kafka
+    for name, value in kafka.items():
+        assert group_state.member_state_from_id(value) is MemberState[name]
 
 
 def test_live_replay_enforces_the_table() -> None:

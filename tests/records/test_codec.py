@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafka_group_operator.coordinator import group_state
 from kafka_group_records import codec, records
 
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
@@ -19,6 +20,33 @@ def _hex(text: str) -> bytes:
 
 # ---------------------------------------------------------------------------------------
 # Worked examples (Kafka's encoding, computed from its message schemas)
+
+
+def test_record_types_and_value_versions_are_kafkas() -> None:
+    # The key version is the record type: the "validVersions" of each key schema in
+    # apache/kafka group-coordinator/src/main/resources/common/message/ (OffsetCommitKey
+    # "0-1", GroupMetadataKey "2", ConsumerGroupMetadataKey "3",
+    # ConsumerGroupPartitionMetadataKey "4", ConsumerGroupMemberMetadataKey "5",
+    # ConsumerGroupTargetAssignmentMetadataKey "6", ConsumerGroupTargetAssignmentMemberKey
+    # "7", ConsumerGroupCurrentMemberAssignmentKey "8").
+    assert (codec.OFFSET_COMMIT_KEY_V0, codec.OFFSET_COMMIT_KEY_V1) == (0, 1)
+    assert codec.GROUP_METADATA_KEY == 2
+    assert codec.CONSUMER_GROUP_METADATA_KEY == 3
+    assert codec.CONSUMER_GROUP_PARTITION_METADATA_KEY == 4
+    assert codec.CONSUMER_GROUP_MEMBER_METADATA_KEY == 5
+    assert codec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY == 6
+    assert codec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY == 7
+    assert codec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY == 8
+    # OffsetCommitValue.json: "validVersions": "0-4"; version 1 is the only one with
+    # expireTimestamp, version 3 the newest non-flexible one (leaderEpoch since 3).
+    assert codec.OFFSET_COMMIT_VALUE_EXPIRING_VERSION == 1
+    assert codec.OFFSET_COMMIT_VALUE_WRITE_VERSION == 3
+    # Errors.java: CORRUPT_MESSAGE(2, ...), UNSUPPORTED_VERSION(35, ...).
+    assert (codec.CodecError.code, codec.CodecError.name) == (2, "CORRUPT_MESSAGE")
+    assert (codec.UnknownRecordType.code, codec.UnknownRecordType.name) == (
+        35,
+        "UNSUPPORTED_VERSION",
+    )
 
 
 def test_offset_commit_key_v1_bytes() -> None:
@@ -110,23 +138,89 @@ def test_consumer_group_metadata_bytes() -> None:
     assert codec.encode_value(value) == _hex("00 00 | 00 00 00 07 | 00")
 
 
-def test_current_member_assignment_bytes() -> None:
-    key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
-    assert codec.encode_key(key) == _hex("00 08 | 00 02 67 31 | 00 01 6d")
-    value = records.ConsumerGroupCurrentMemberAssignmentValue(
+# ConsumerGroupCurrentMemberAssignmentValue v0 as Kafka lays it out
+# (group-coordinator/src/main/resources/common/message/
+# ConsumerGroupCurrentMemberAssignmentValue.json, flexible from version 0): MemberEpoch int32,
+# PreviousMemberEpoch int32, State int8, AssignedPartitions and PartitionsPendingRevocation
+# as compact arrays of TopicPartitions {TopicId uuid, Partitions compact int32 array, tagged
+# fields}, then the value's tagged fields. State ids are Kafka's MemberState
+# (group-coordinator/.../coordinator/group/modern/MemberState.java): STABLE 0,
+# UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2, UNKNOWN 127.
+KAFKA_STABLE, KAFKA_UNREVOKED, KAFKA_UNRELEASED, KAFKA_UNKNOWN = 0, 1, 2, 127
+
+
+def _current_assignment_fields(state: int) -> str:
+    """Version, epochs 3 and 2, ``state``, assigned {TOPIC_ID: [0, 1]}, nothing pending."""
+    return (
+        f"00 00 | 00 00 00 03 | 00 00 00 02 | {state:02x} |"
+        "02 |" + TOPIC_ID.hex + "| 03 00 00 00 00 00 00 00 01 | 00 |"
+        "01"
+    )
+
+
+def _current_assignment(state: int) -> records.ConsumerGroupCurrentMemberAssignmentValue:
+    return records.ConsumerGroupCurrentMemberAssignmentValue(
         member_epoch=3,
         previous_member_epoch=2,
-        state=2,
+        state=state,
         assigned_partitions=(records.TopicPartitions(TOPIC_ID, (0, 1)),),
         partitions_pending_revocation=(),
     )
-    expected = _hex(
-        "00 00 | 00 00 00 03 | 00 00 00 02 | 02 |"
-        "02 |" + TOPIC_ID.hex + "| 03 00 00 00 00 00 00 00 01 | 00 |"
-        "01 | 00"
-    )
+
+
+# Our marker in the closing tagged fields: one field, tag 1000 (uvarint e8 07), size 1,
+# data 1 = "State holds Kafka's ids". Kafka keeps an unknown tag as an unknown tagged field.
+OUR_MARKER = "01 | e8 07 | 01 | 01"
+
+
+@pytest.mark.parametrize(
+    ("name", "kafka_id"),
+    [
+        ("STABLE", KAFKA_STABLE),
+        ("UNREVOKED_PARTITIONS", KAFKA_UNREVOKED),
+        ("UNRELEASED_PARTITIONS", KAFKA_UNRELEASED),
+        ("UNKNOWN", KAFKA_UNKNOWN),
+    ],
+)
+def test_current_member_assignment_bytes(name: str, kafka_id: int) -> None:
+    key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
+    assert codec.encode_key(key) == _hex("00 08 | 00 02 67 31 | 00 01 6d")
+    value = _current_assignment(group_state.MemberState[name].value)
+    expected = _hex(_current_assignment_fields(kafka_id) + "|" + OUR_MARKER)
     assert codec.encode_value(value) == expected
     assert codec.decode_value(key, expected) == value
+    # Without our tagged field the bytes are exactly Kafka's own encoding of the value.
+    assert expected[: -len(_hex(OUR_MARKER))] + b"\x00" == _hex(
+        _current_assignment_fields(kafka_id) + "| 00"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old_id", "kafka_id"),
+    [
+        (0, KAFKA_UNREVOKED),  # the old UNREVOKED_PARTITIONS
+        (1, KAFKA_UNRELEASED),  # the old UNRELEASED_PARTITIONS
+        (2, KAFKA_STABLE),  # the old STABLE
+        (3, KAFKA_UNKNOWN),  # the old UNKNOWN
+    ],
+)
+def test_current_member_assignment_written_before_kafka_ids_is_renumbered(
+    old_id: int, kafka_id: int
+) -> None:
+    """Earlier versions wrote their own state ids and no tagged field at all."""
+    key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
+    old = _hex(_current_assignment_fields(old_id) + "| 00")
+    decoded = codec.decode_value(key, old)
+    assert decoded == _current_assignment(kafka_id)
+    # Written back, it carries the marker and reads the same.
+    assert codec.decode_value(key, codec.encode_value(decoded)) == decoded
+
+
+def test_current_member_assignment_marker_among_other_tags() -> None:
+    """Another tag (a later Kafka field) next to ours does not hide the marker."""
+    key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
+    data = _hex(_current_assignment_fields(KAFKA_STABLE) + "| 02 | 00 02 aa bb | e8 07 01 01")
+    assert codec.decode_value(key, data) == _current_assignment(KAFKA_STABLE)
 
 
 def test_member_metadata_bytes_and_classic_metadata_tag_is_skipped() -> None:
@@ -215,6 +309,68 @@ def test_malformed_keys_are_codec_errors(data: str) -> None:
 def test_malformed_values_are_codec_errors(key: records.RecordKey, data: str) -> None:
     with pytest.raises(codec.CodecError):
         codec.decode_value(key, _hex(data))
+
+
+# Kafka's generated code refuses any string over 0x7fff bytes
+# (generator/src/main/java/org/apache/kafka/message/MessageDataGenerator.java: on write
+# "'<name>' field is too long to be serialized", on read "string field <name> had invalid
+# length"), compact strings included.
+KAFKA_MAX_STRING = 0x7FFF
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        records.ConsumerGroupMemberMetadataValue(client_id="c" * (KAFKA_MAX_STRING + 1)),
+        records.ConsumerGroupMemberMetadataValue(instance_id="é" * (KAFKA_MAX_STRING // 2 + 1)),
+        records.GroupConfigValue(topics=("t" * (KAFKA_MAX_STRING + 1),)),
+        records.LoadMarkerValue(nonce="n" * (KAFKA_MAX_STRING + 1), written_at_ms=0),
+    ],
+    ids=["client-id", "two-byte-chars", "topic", "nonce"],
+)
+def test_compact_strings_over_32767_bytes_are_refused_on_encode(
+    value: records.RecordValue,
+) -> None:
+    with pytest.raises(codec.CodecError, match="32767"):
+        codec.encode_value(value)
+
+
+def test_a_compact_string_of_32767_bytes_is_accepted() -> None:
+    value = records.ConsumerGroupMemberMetadataValue(client_id="c" * KAFKA_MAX_STRING)
+    key = records.ConsumerGroupMemberMetadataKey("g", "m")
+    assert codec.decode_value(key, codec.encode_value(value)) == value
+
+
+def test_compact_strings_over_32767_bytes_are_refused_on_decode() -> None:
+    # ConsumerGroupMemberMetadataValue v0: InstanceId null, RackId null, ClientId of 32768
+    # bytes (compact length 32769 = uvarint 81 80 02), ...
+    data = (
+        _hex("00 00 | 00 | 00 | 81 80 02")
+        + b"c" * (KAFKA_MAX_STRING + 1)
+        + _hex("01 | 01 | 00 | 00 00 00 00 | 00 | 00")
+    )
+    with pytest.raises(codec.CodecError, match="32767"):
+        codec.decode_value(records.ConsumerGroupMemberMetadataKey("g", "m"), data)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        records.OffsetCommitKey("g" * (KAFKA_MAX_STRING + 1), "t", 0),
+        records.ConsumerGroupMemberMetadataKey("g", "m" * (KAFKA_MAX_STRING + 1)),
+    ],
+    ids=["offset-commit-group", "member-id"],
+)
+def test_strings_over_32767_bytes_are_refused_in_keys(key: records.RecordKey) -> None:
+    with pytest.raises(codec.CodecError, match="32767"):
+        codec.encode_key(key)
+
+
+def test_a_lone_surrogate_is_a_codec_error() -> None:
+    with pytest.raises(codec.CodecError, match="UTF-8"):
+        codec.encode_key(records.ConsumerGroupMemberMetadataKey("g", "m\ud800"))
+    with pytest.raises(codec.CodecError, match="UTF-8"):
+        codec.encode_value(records.ConsumerGroupMemberMetadataValue(client_id="\udfff"))
 
 
 # ---------------------------------------------------------------------------------------

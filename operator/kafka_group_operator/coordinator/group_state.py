@@ -44,11 +44,13 @@ class GroupState(enum.Enum):
 
 
 class MemberState(enum.IntEnum):
-    # Kafka's ids, stored in ConsumerGroupCurrentMemberAssignmentValue.state.
-    UNREVOKED_PARTITIONS = 0
-    UNRELEASED_PARTITIONS = 1
-    STABLE = 2
-    UNKNOWN = 3
+    # Kafka's ids, stored in ConsumerGroupCurrentMemberAssignmentValue.state: the byte
+    # values of Kafka's ``org.apache.kafka.coordinator.group.modern.MemberState``. Records
+    # written before these ids matched Kafka's are renumbered by the codec on reading.
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
 
 
 _LIVE = frozenset({GroupState.ASSIGNING, GroupState.RECONCILING, GroupState.STABLE})
