@@ -80,9 +80,6 @@ LOAD_MARKER_KEY = 1100
 OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_EXPIRING_VERSION = 1
 
-
-class CodecError(ValueError):
-    """Bytes that are not a valid record. Carries Kafka's ``CORRUPT_MESSAGE`` code."""
 # Kafka's generated code refuses strings longer than this many bytes (see above).
 MAX_STRING_BYTES = 0x7FFF
 
@@ -96,6 +93,9 @@ _MEMBER_STATE_IDS_FIELD = bytes((0x01, 0xE8, 0x07, 0x01, MEMBER_STATE_IDS_KAFKA)
 _OLD_MEMBER_STATE_IDS = {0: 1, 1: 2, 2: 0}
 _KAFKA_UNKNOWN_MEMBER_STATE = 127
 
+
+class CodecError(ValueError):
+    """Bytes that are not a valid record. Carries Kafka's ``CORRUPT_MESSAGE`` code."""
 
     code: ClassVar[int] = 2
     name: ClassVar[str] = "CORRUPT_MESSAGE"
@@ -213,9 +213,6 @@ class _Writer:
         return bytes(self.buffer)
 
 
-def _encode_offset_commit_value(value: records.OffsetCommitValue) -> bytes:
-    if value.expire_timestamp != -1:
-        # Only version 1 can carry an explicit expiry (and it has no leader epoch).
 def _utf8(value: str) -> bytes:
     """``value`` as UTF-8, refused as Kafka refuses it when longer than 32,767 bytes."""
     try:
@@ -227,6 +224,9 @@ def _utf8(value: str) -> bytes:
     return raw
 
 
+def _encode_offset_commit_value(value: records.OffsetCommitValue) -> bytes:
+    if value.expire_timestamp != -1:
+        # Only version 1 can carry an explicit expiry (and it has no leader epoch).
         writer = _Writer(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
         writer.int64(value.offset)
         writer.string(value.metadata)
@@ -315,11 +315,11 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.int8(value.state)
         writer.topic_partitions(value.assigned_partitions)
         writer.topic_partitions(value.partitions_pending_revocation)
+        writer.buffer += _MEMBER_STATE_IDS_FIELD
+        return writer.done()
     elif isinstance(value, records.GroupConfigValue):
         writer.compact_string(value.assignor)
         writer.int32(value.session_timeout_ms)
-        writer.buffer += _MEMBER_STATE_IDS_FIELD
-        return writer.done()
         writer.int32(value.rebalance_timeout_ms)
         writer.int32(value.heartbeat_interval_ms)
         writer.int64(value.offsets_retention_ms)
@@ -402,6 +402,8 @@ class _Reader:
 
     def compact_nullable_string(self) -> str | None:
         length = self.uvarint() - 1
+        if length > MAX_STRING_BYTES:
+            raise CodecError(f"string of {length} bytes exceeds Kafka's {MAX_STRING_BYTES}")
         return None if length < 0 else _text(self._take(length))
 
     def compact_string(self) -> str:
@@ -409,8 +411,6 @@ class _Reader:
         if value is None:
             raise CodecError("null where a compact string is required")
         return value
-        if length > MAX_STRING_BYTES:
-            raise CodecError(f"string of {length} bytes exceeds Kafka's {MAX_STRING_BYTES}")
 
     def compact_count(self) -> int:
         count = self.uvarint() - 1
@@ -432,6 +432,7 @@ class _Reader:
         for _ in range(self.uvarint()):
             tags.add(self.uvarint())
             self._take(self.uvarint())
+        return tags
 
     def topic_partitions(self) -> tuple[records.TopicPartitions, ...]:
         entries = []
@@ -439,7 +440,6 @@ class _Reader:
             topic_id = self.uuid()
             partitions = self.compact_int32s()
             self.skip_tagged_fields()
-        return tags
             entries.append(records.TopicPartitions(topic_id, partitions))
         return tuple(entries)
 
@@ -615,6 +615,14 @@ def _member_metadata_value(reader: _Reader) -> records.RecordValue:
 
 
 def _current_assignment_value(reader: _Reader) -> records.RecordValue:
+    """Reads its own tagged fields: the state ids depend on our marker tag being there."""
+    member_epoch = reader.int32()
+    previous_member_epoch = reader.int32()
+    state = reader.int8()
+    assigned = reader.topic_partitions()
+    pending = reader.topic_partitions()
+    if MEMBER_STATE_IDS_TAG not in reader.skip_tagged_fields():
+        state = _OLD_MEMBER_STATE_IDS.get(state, _KAFKA_UNKNOWN_MEMBER_STATE)
     return records.ConsumerGroupCurrentMemberAssignmentValue(
         member_epoch=member_epoch,
         previous_member_epoch=previous_member_epoch,
@@ -624,14 +632,6 @@ def _current_assignment_value(reader: _Reader) -> records.RecordValue:
     )
 
 
-    """Reads its own tagged fields: the state ids depend on our marker tag being there."""
-    member_epoch = reader.int32()
-    previous_member_epoch = reader.int32()
-    state = reader.int8()
-    assigned = reader.topic_partitions()
-    pending = reader.topic_partitions()
-    if MEMBER_STATE_IDS_TAG not in reader.skip_tagged_fields():
-        state = _OLD_MEMBER_STATE_IDS.get(state, _KAFKA_UNKNOWN_MEMBER_STATE)
 def _group_config_value(reader: _Reader) -> records.RecordValue:
     return records.GroupConfigValue(
         assignor=reader.compact_string(),
