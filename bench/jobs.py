@@ -210,7 +210,15 @@ def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
 def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments, "--master", "local[2]"],
+        [
+            sys.executable,
+            "-m",
+            f"kafka_group_jobs.{job}",
+            *arguments,
+            "--master",
+            "local[2]",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -6,8 +6,15 @@ a storage URI, ``--as-of``, plus librdkafka settings from ``--kafka-config`` (JS
 ``--kafka-config-dir`` (a mounted Secret: one file per property; ``ca.crt``, ``tls.crt`` and
 ``tls.key`` become the ``ssl.*.location`` settings).
 
-A job prints its outcome as one last line ``KGO-RESULT {json}`` on stdout; the operator reads
-it when it runs the job as a local subprocess.
+A job prints its outcome for people: tables and a summary on stdout, warnings on stderr as
+``warning: ...`` lines. With ``--json`` it prints instead one last line ``KGO-RESULT {json}``
+on stdout; the operator and the demo pass ``--json`` and read that line when they run a job as
+a local subprocess.
+
+``run`` wraps a job's ``main``: a wrong invocation (``errors.UsageError``, and every
+``argparse`` error) is one line on stderr and exit 2; a failure at run time
+(``errors.JobError``, a Spark error) is one line and exit 1. Jobs check what they can (the
+arguments, the broker, the topic, the paths, the coordinator) before they start Spark.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
 
-from kafka_group_jobs import topics
+from kafka_group_jobs import errors, source, topics
 
 RESULT_PREFIX = "KGO-RESULT "
 DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
@@ -35,20 +43,70 @@ _FILE_SETTINGS = {
 }
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    parsed = argparse.ArgumentParser(description=description)
+class JobParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are ``UsageError``s: one line, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise errors.UsageError(message)
+
+
+def parser(job: str, description: str) -> argparse.ArgumentParser:
+    parsed = JobParser(prog=f"kafka_group_jobs.{job}", description=description)
     parsed.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
     parsed.add_argument("--topic", default=DEFAULT_STATE_TOPIC, help="the state topic")
     parsed.add_argument("--kafka-config", default="{}", help="extra librdkafka settings, JSON")
     parsed.add_argument("--kafka-config-dir", help="a directory of librdkafka settings")
     parsed.add_argument("--master", help="Spark master (spark-submit sets it; default local)")
+    parsed.add_argument(
+        "--json", action="store_true", help="print only one KGO-RESULT {json} line on stdout"
+    )
     return parsed
 
 
+def run(job: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
+    """``main(argv)``, with every expected failure turned into one stderr line and an exit code."""
+    try:
+        return main(argv)
+    except errors.UsageError as error:
+        return _fail(job, str(error), errors.USAGE_EXIT)
+    except errors.JobError as error:
+        return _fail(job, str(error), errors.RUNTIME_EXIT)
+    except Exception as error:
+        # Spark's errors carry the JVM's stack in their text; their first line is the reason.
+        if type(error).__module__.startswith(("pyspark", "py4j")):
+            return _fail(job, spark_reason(error), errors.RUNTIME_EXIT)
+        raise
+
+
+def _fail(job: str, message: str, code: int) -> int:
+    sys.stdout.flush()
+    sys.stderr.write(f"kafka_group_jobs.{job}: error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+    return code
+
+
+def spark_reason(error: BaseException) -> str:
+    """The first line of a Spark error: the Java exception's own message when there is one."""
+    java = getattr(error, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def kafka_config(args: argparse.Namespace) -> dict[str, str]:
-    config: dict[str, str] = dict(json.loads(args.kafka_config))
+    """The librdkafka settings of ``--kafka-config`` and ``--kafka-config-dir``."""
+    try:
+        parsed = json.loads(args.kafka_config)
+    except ValueError as error:
+        raise errors.UsageError(f"--kafka-config is not JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise errors.UsageError("--kafka-config must be a JSON object of librdkafka settings")
+    config = {str(key): str(value) for key, value in parsed.items()}
     if args.kafka_config_dir:
-        for path in sorted(Path(args.kafka_config_dir).iterdir()):
+        directory = Path(args.kafka_config_dir)
+        if not directory.is_dir():
+            raise errors.UsageError(f"--kafka-config-dir: no directory {directory}")
+        for path in sorted(directory.iterdir()):
             if path.is_file() and not path.name.startswith("."):
                 if path.name in _FILE_SETTINGS:
                     config[_FILE_SETTINGS[path.name]] = str(path)
@@ -57,9 +115,18 @@ def kafka_config(args: argparse.Namespace) -> dict[str, str]:
     return config
 
 
+def check_state_topic(bootstrap: str, topic: str, config: dict[str, str]) -> int:
+    """Before Spark: the broker answers and the state topic exists; its partition count."""
+    topics.check_reachable(bootstrap)
+    return topics.partition_count(bootstrap, topic, config)
+
+
 def parse_time_ms(text: str) -> int:
     """Milliseconds since the epoch of an ISO-8601 time (UTC when it names no zone)."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise errors.UsageError(f"not an ISO-8601 time: {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
@@ -80,28 +147,73 @@ def read_state(
     config: dict[str, str],
     partitions: list[int] | None = None,
     starts: dict[int, int] | None = None,
-) -> tuple[DataFrame, dict[int, int]]:
-    """The state topic up to fresh load markers, and the exclusive end offset per partition.
+) -> tuple[DataFrame, dict[int, int], list[source.OffsetRange]]:
+    """The state topic up to fresh load markers, the exclusive end offset per partition, and
+    the offset ranges the frame's reading tasks cover (in task order, for ``progress``).
 
-    The ends are fixed here, once, so every action on the frame reads the same records.
+    The bounds are fixed here, once, so every action on the frame reads the same records.
     """
     ends = topics.mark_ends(bootstrap, topic, config, partitions)
+    if starts is None:
+        starts = topics.earliest_offsets(bootstrap, topic, ends, config)
     reader = (
         spark.read.format("kgo-state")
         .option("bootstrap", bootstrap)
         .option("topic", topic)
         .option("kafkaConfig", json.dumps(config))
         .option("endOffsets", json.dumps(ends))
+        .option("startOffsets", json.dumps(starts))
         .option("maxRecordsPerSplit", str(RECORDS_PER_SPLIT))
     )
-    if starts is not None:
-        reader = reader.option("startOffsets", json.dumps(starts))
-    return reader.load(), ends
+    return reader.load(), ends, source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
 
 
 def emit_result(result: dict[str, Any]) -> None:
     sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
     sys.stdout.flush()
+
+
+def say(*lines: str) -> None:
+    """Lines for people, on stdout."""
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
+
+
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr."""
+    sys.stderr.write(f"warning: {message}\n")
+    sys.stderr.flush()
+
+
+def note_client_warnings() -> None:
+    """One line for what librdkafka logged during a job that still succeeded, if anything."""
+    summary = topics.CLIENT_LOG.summary()
+    if summary:
+        warn(summary.strip(" ()"))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Left-aligned text columns, numbers right-aligned, ``None`` shown as ``-``."""
+    cells = [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [
+        max([len(header)] + [len(row[index]) for row in cells])
+        for index, header in enumerate(headers)
+    ]
+    numeric = [
+        all(isinstance(row[index], int) or row[index] is None for row in rows) and bool(rows)
+        for index in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        return (
+            "  "
+            + "  ".join(
+                value.rjust(width) if right else value.ljust(width)
+                for value, width, right in zip(values, widths, numeric, strict=True)
+            ).rstrip()
+        )
+
+    return [line(list(headers)), *(line(row) for row in cells)]
 
 
 def parse_result(output: str) -> dict[str, Any] | None:

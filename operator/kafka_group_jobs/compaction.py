@@ -16,11 +16,12 @@ reaches the same state as replaying the whole log.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from kafka_group_jobs import arguments, session, storage, topics, transforms
+from kafka_group_jobs import arguments, errors, progress, session, storage, topics, transforms
 from kafka_group_records import checkpoint
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -39,10 +40,11 @@ def compact(
     """Writes the checkpoint (and the tombstones); returns the checkpoint's manifest."""
     config = config or {}
     now = topics.now_ms() if now_ms is None else now_ms
-    state, ends = arguments.read_state(spark, bootstrap, state_topic, config)
+    state, ends, ranges = arguments.read_state(spark, bootstrap, state_topic, config)
     # Materialized once: the state topic is read exactly once, whatever follows.
     latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS))
-    latest = latest.localCheckpoint()
+    with progress.watching(spark, f"reading {state_topic}", ranges):
+        latest = latest.localCheckpoint()
     tombstones = transforms.compaction_tombstones(latest, now, default_retention_ms).cache()
     doomed = [(row.partition, bytes(row.key)) for row in tombstones.collect()]
     kept = transforms.checkpoint_records(latest, tombstones if write_tombstones else _none(spark))
@@ -74,8 +76,30 @@ def _none(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], "partition INT, key BINARY")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = arguments.parser("Compact the state topic into a loader checkpoint.")
+def report(output: str, manifest: dict[str, Any]) -> list[str]:
+    """The checkpoint for people: where, how much, and what it covers."""
+    ends = manifest.get("endOffsets") or {}
+    covered = ", ".join(
+        f"{partition}: below {end}" for partition, end in sorted(ends.items(), key=_numeric)
+    )
+    return [
+        f"checkpoint of {manifest.get('topic')} written to {output}",
+        f"  {manifest.get('records')} live records kept, {manifest.get('tombstones')} tombstones"
+        " appended to the topic",
+        f"  state-topic offsets covered, per partition: {covered or 'none'}",
+    ]
+
+
+def _numeric(item: tuple[str, int]) -> int:
+    return int(item[0])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return arguments.run("compaction", _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = arguments.parser("compaction", "Compact the state topic into a loader checkpoint.")
     parser.add_argument("--output", required=True, help="storage URI of the checkpoint")
     parser.add_argument("--now-ms", type=int, help="the time retention is judged at")
     parser.add_argument("--default-retention-ms", type=int, default=DEFAULT_RETENTION_MS)
@@ -83,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-tombstones", action="store_true", help="do not append tombstones to the topic"
     )
     args = parser.parse_args(argv)
+    if args.default_retention_ms < 0:
+        raise errors.UsageError("--default-retention-ms must not be negative")
+    config = arguments.kafka_config(args)
+    storage.check_writable(args.output)
+    arguments.check_state_topic(args.bootstrap, args.topic, config)
     with session.job_session("kafka-group-compaction", args.master) as spark:
         result = compact(
             spark,
@@ -92,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             args.now_ms,
             args.default_retention_ms,
             not args.no_tombstones,
-            arguments.kafka_config(args),
+            config,
         )
-    arguments.emit_result(result)
+    if args.json:
+        arguments.emit_result(result)
+    else:
+        arguments.say(*report(args.output, result))
+    arguments.note_client_warnings()
     return 0
 
 

@@ -18,9 +18,14 @@ clamps out-of-range offsets into [earliest, latest] and marks each clamp; print 
 * else as offset-commit records appended straight to the group's state partition, which is
   right only while no coordinator serves the group (it would not see them until it reloads).
 
-The result (``KGO-RESULT``, and ``--audit URI`` when given) is the audit: per partition the
-old and the new offset, the requested one and any clamp, plus snapshot partitions that no
-longer exist.
+The result is the audit: per partition the old and the new offset, the requested one and any
+clamp, plus snapshot partitions that no longer exist. It is printed as a table (with
+``--json``, as the ``KGO-RESULT`` line) and written to ``--audit URI`` when given. Every clamp
+and every committed offset past the log end the broker reports gets a warning.
+
+Before Spark starts, the job checks its arguments, the snapshot's manifest (on a file system),
+the broker and the state topic, and with ``--coordinator-url`` the token and, unless it only
+plans, that the group is empty or paused: the coordinator would refuse the commit anyway.
 """
 
 from __future__ import annotations
@@ -32,17 +37,28 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from kafka_group_jobs import arguments, session, snapshot, storage, topics, transforms
+from kafka_group_jobs import (
+    arguments,
+    errors,
+    progress,
+    session,
+    snapshot,
+    storage,
+    topics,
+    transforms,
+)
 from kafka_group_records import codec, partitioning, records
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
+COORDINATOR_TIMEOUT_S = 10
 
 
-class RestoreError(RuntimeError):
+class RestoreError(errors.JobError):
     """The plan could not be made or written."""
 
 
@@ -50,7 +66,7 @@ def parse_duration_ms(text: str) -> int:
     """Milliseconds of an ISO-8601 duration with days, hours, minutes and seconds."""
     match = _DURATION.match(text)
     if match is None or text in ("P", "PT"):
-        raise ValueError(f"not an ISO-8601 duration (PnDTnHnMnS): {text!r}")
+        raise errors.UsageError(f"not an ISO-8601 duration (PnDTnHnMnS): {text!r}")
     days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
     return (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000
 
@@ -60,9 +76,10 @@ def parse_partitions(specs: list[str]) -> dict[str, tuple[int, ...]]:
     chosen: dict[str, tuple[int, ...]] = {}
     for spec in specs:
         topic, _, numbers = spec.rpartition(":")
-        if not topic or not numbers:
-            raise ValueError(f"expected TOPIC:P[,P...], got {spec!r}")
-        chosen[topic] = chosen.get(topic, ()) + tuple(int(n) for n in numbers.split(","))
+        parts = numbers.split(",")
+        if not topic or not all(part.strip().isdigit() for part in parts):
+            raise errors.UsageError(f"--partitions: expected TOPIC:P[,P...], got {spec!r}")
+        chosen[topic] = chosen.get(topic, ()) + tuple(int(n) for n in parts)
     return chosen
 
 
@@ -84,9 +101,12 @@ def plan(
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    state, _ = arguments.read_state(spark, bootstrap, state_topic, config, [state_partition])
+    state, _, ranges = arguments.read_state(
+        spark, bootstrap, state_topic, config, [state_partition]
+    )
     # Materialized once: the state topic is read exactly once, whatever follows.
-    committed = transforms.group_offsets(state, group_id).localCheckpoint()
+    with progress.watching(spark, f"reading {state_topic}", ranges):
+        committed = transforms.group_offsets(state, group_id).localCheckpoint()
     saved: DataFrame | None = None
     if kind == "snapshot":
         if snapshot_location is None:
@@ -127,6 +147,71 @@ def live_bounds(
     )
 
 
+def _coordinator_request(
+    url: str, group_id: str, token: str | None, path: str = "", body: Any = None
+) -> dict[str, Any]:
+    """One call of the coordinator's group API; every failure is one ``RestoreError`` line."""
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/groups/{urllib.parse.quote(group_id, safe='')}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        method="GET" if body is None else "POST",
+    )
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=COORDINATOR_TIMEOUT_S) as response:
+            reply: dict[str, Any] = json.loads(response.read() or b"{}")
+            return reply
+    except urllib.error.HTTPError as error:
+        try:
+            detail = json.loads(error.read() or b"{}")
+        except ValueError:
+            detail = {}
+        name = detail.get("error", f"HTTP {error.code}") if isinstance(detail, dict) else ""
+        message = detail.get("message", "") if isinstance(detail, dict) else ""
+        if error.code == 401:
+            raise RestoreError(
+                f"the coordinator at {url} needs the token of group {group_id!r}:"
+                " pass --token or set KGO_GROUP_TOKEN"
+            ) from None
+        if error.code == 403:
+            raise RestoreError(
+                f"the coordinator at {url} refused the token for group {group_id!r} ({name})"
+            ) from None
+        raise _HttpRefusal(error.code, name, message) from None
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise RestoreError(f"cannot reach the coordinator at {url}: {reason}") from None
+
+
+class _HttpRefusal(RestoreError):
+    def __init__(self, status: int, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}" if message else name)
+        self.status, self.name = status, name
+
+
+def check_coordinator(url: str, group_id: str, token: str | None, writing: bool) -> None:
+    """Before Spark: the coordinator answers, takes the token, and (when ``writing``) would
+    take an administrative commit: the group is empty, unknown, or paused for a reset."""
+    try:
+        description = _coordinator_request(url, group_id, token)
+    except _HttpRefusal as refusal:
+        if refusal.name == "GROUP_ID_NOT_FOUND":
+            return  # no members and no offsets yet: a commit creates them
+        raise RestoreError(
+            f"the coordinator at {url} refused to describe {group_id!r}: {refusal}"
+        ) from None
+    members = description.get("members") or []
+    state = description.get("state")
+    if writing and members and state != "Paused":
+        raise RestoreError(
+            f"group {group_id!r} has {len(members)} active members (state {state}): the"
+            " coordinator takes a restore only while the group is empty or paused for a"
+            " reset; stop the members (scale to 0) or pause the group, then retry"
+        )
+
+
 def write_through_coordinator(
     url: str, group_id: str, token: str | None, rows: list[dict[str, Any]]
 ) -> None:
@@ -139,21 +224,15 @@ def write_through_coordinator(
             for row in rows
         ],
     }
-    request = urllib.request.Request(
-        f"{url.rstrip('/')}/v1/groups/{urllib.parse.quote(group_id, safe='')}/offsets",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            reply = json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        raise RestoreError(f"coordinator refused the commit: {error.read().decode()}") from error
+        reply = _coordinator_request(url, group_id, token, "/offsets", body)
+    except _HttpRefusal as refusal:
+        raise RestoreError(f"the coordinator refused the commit: {refusal}") from None
     if reply.get("errors"):
-        raise RestoreError(f"coordinator rejected partitions: {reply['errors']}")
+        rejected = ", ".join(
+            f"{entry['topic']}[{entry['partition']}] {entry['error']}" for entry in reply["errors"]
+        )
+        raise RestoreError(f"the coordinator rejected partitions: {rejected}")
 
 
 def write_to_state_topic(
@@ -207,11 +286,80 @@ def audit(
             {"topic": row["topic"], "partition": row["partition"], "offset": row["offset"]}
             for row in missing
         ],
+        "warnings": warnings(rows),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = arguments.parser("Reset or restore a consumer group's committed offsets.")
+def warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per clamp and per committed offset past the log end the broker reports."""
+    found = []
+    for row in rows:
+        where = f"{row['topic']}[{row['partition']}]"
+        current, latest = row["current_offset"], row["latest_offset"]
+        if current is not None and current > latest:
+            found.append(
+                f"{where}: committed offset {current} is past the log end {latest} the broker"
+                " reports: either the broker reports a wrong log end (some do after batched"
+                " produces) or the partition lost records"
+            )
+        if row["clamp"] == "latest":
+            found.append(
+                f"{where}: requested offset {row['requested_offset']} is past the log end"
+                f" {latest} the broker reports: clamped to {row['new_offset']}. If the partition"
+                " does hold that offset, the broker reports a wrong log end: check before"
+                " applying"
+            )
+        elif row["clamp"] == "earliest":
+            found.append(
+                f"{where}: requested offset {row['requested_offset']} is before the log start"
+                f" {row['earliest_offset']} (deleted by retention): clamped to {row['new_offset']}"
+            )
+    return found
+
+
+def report(document: dict[str, Any], written_to: str | None) -> list[str]:
+    """The audit for people: the target, one table row per partition, and what was written."""
+    target = document["target"]
+    detail = "".join(f" {value}" for name, value in target.items() if name != "to")
+    lines = [f"restore plan for group {document['group']}: to {target['to']}{detail}"]
+    partitions = document["partitions"]
+    if partitions:
+        lines += arguments.table(
+            ("topic", "partition", "old", "requested", "new", "clamp"),
+            [
+                (
+                    row["topic"],
+                    row["partition"],
+                    row["oldOffset"],
+                    row["requestedOffset"],
+                    row["newOffset"],
+                    row["clamp"],
+                )
+                for row in partitions
+            ],
+        )
+    for row in document["missingPartitions"]:
+        lines.append(
+            f"  not restored: {row['topic']}[{row['partition']}] (offset {row['offset']} in the"
+            " snapshot) no longer exists in Kafka"
+        )
+    outcome = (
+        "dry run: nothing written"
+        if document["dryRun"]
+        else f"written {written_to}"
+        if written_to
+        else "nothing to write"
+    )
+    lines.append(f"{len(partitions)} partitions, {document['clamped']} clamped; {outcome}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return arguments.run("restore", _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = arguments.parser("restore", "Reset or restore a consumer group's committed offsets.")
     parser.add_argument("--group", required=True)
     parser.add_argument("--to", required=True, choices=transforms.RESET_KINDS)
     parser.add_argument("--value", type=int, help="the offset, or the shift")
@@ -225,17 +373,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", default=os.environ.get("KGO_GROUP_TOKEN"))
     parser.add_argument("--audit", help="storage URI to write the audit JSON to")
     args = parser.parse_args(argv)
+    if not args.group:
+        raise errors.UsageError("--group must not be empty")
     at_ms = None
+    if args.to in ("offset", "shift-by") and args.value is None:
+        raise errors.UsageError(f"--to {args.to} needs --value")
+    if args.to == "snapshot" and not args.snapshot:
+        raise errors.UsageError("--to snapshot needs --snapshot URI")
     if args.to == "datetime":
         if not args.datetime:
-            parser.error("--to datetime needs --datetime")
+            raise errors.UsageError("--to datetime needs --datetime")
         at_ms = arguments.parse_time_ms(args.datetime)
     elif args.to == "duration":
         if not args.duration:
-            parser.error("--to duration needs --duration")
+            raise errors.UsageError("--to duration needs --duration")
         at_ms = topics.now_ms() - parse_duration_ms(args.duration)
-    config = arguments.kafka_config(args)
+    if args.coordinator_url and urllib.parse.urlsplit(args.coordinator_url).scheme not in (
+        "http",
+        "https",
+    ):
+        raise errors.UsageError(f"--coordinator-url: not an http(s) URL: {args.coordinator_url}")
     scope = tuple(t for t in args.topics.split(",") if t)
+    partitions = parse_partitions(args.partitions) or None
+    config = arguments.kafka_config(args)
+    if args.to == "snapshot":
+        storage.check_readable("snapshot", args.snapshot, snapshot.MANIFEST_FILE)
+    arguments.check_state_topic(args.bootstrap, args.topic, config)
+    if args.coordinator_url:
+        check_coordinator(args.coordinator_url, args.group, args.token, not args.dry_run)
     target = {
         "to": args.to,
         **{
@@ -244,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, name) is not None
         },
     }
+    written_to = None
     with session.job_session("kafka-group-restore", args.master) as spark:
         rows, missing = plan(
             spark,
@@ -255,18 +421,26 @@ def main(argv: list[str] | None = None) -> int:
             at_ms,
             args.snapshot,
             scope,
-            parse_partitions(args.partitions) or None,
+            partitions,
             config,
         )
-        report = audit(args.group, target, rows, missing, args.dry_run)
+        document = audit(args.group, target, rows, missing, args.dry_run)
         if not args.dry_run and rows:
             if args.coordinator_url:
                 write_through_coordinator(args.coordinator_url, args.group, args.token, rows)
+                written_to = f"through the coordinator at {args.coordinator_url}"
             else:
                 write_to_state_topic(args.bootstrap, args.topic, args.group, rows, config)
+                written_to = f"to the state topic {args.topic}"
         if args.audit:
-            storage.write_json(spark, args.audit, report)
-    arguments.emit_result(report)
+            storage.write_json(spark, args.audit, document)
+    if args.json:
+        arguments.emit_result(document)
+    else:
+        arguments.say(*report(document, written_to))
+    for warning in document["warnings"]:
+        arguments.warn(warning)
+    arguments.note_client_warnings()
     return 0
 
 

@@ -12,17 +12,23 @@ when given), joins the data topics' log-end offsets for lag, and writes:
 
 ``as of`` reads the commit history, so it reaches back as far as the state topic still holds
 superseded commits: on a compacted topic, to the last compaction.
+
+A group with no committed offsets (often a misspelled group id) fails the job, and nothing is
+written, unless ``--allow-empty`` is given. The job prints the snapshot as a table (``--json``:
+the manifest as the ``KGO-RESULT`` line) and warns on every committed offset past the log end
+the broker reports.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from kafka_group_jobs import arguments, session, storage, topics, transforms
+from kafka_group_jobs import arguments, errors, progress, session, storage, topics, transforms
 from kafka_group_records import partitioning
 
 OFFSETS_FILE = "offsets.parquet"
@@ -37,18 +43,39 @@ def take(
     output: str,
     as_of_ms: int | None = None,
     config: dict[str, str] | None = None,
+    allow_empty: bool = True,
 ) -> dict[str, Any]:
-    """Takes the snapshot and returns its manifest."""
+    """Takes the snapshot; returns its manifest plus ``logEndOffsets`` (one row per partition).
+
+    Without ``allow_empty``, a group with no committed offsets raises ``JobError`` before
+    anything is written.
+    """
     config = config or {}
     taken_at = topics.now_ms()
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    state, ends = arguments.read_state(spark, bootstrap, state_topic, config, [state_partition])
+    state, ends, ranges = arguments.read_state(
+        spark, bootstrap, state_topic, config, [state_partition]
+    )
     # Materialized once: the state topic is read exactly once, whatever follows.
-    offsets = transforms.group_offsets(state, group_id, as_of_ms).localCheckpoint()
+    with progress.watching(spark, f"reading {state_topic}", ranges):
+        offsets = transforms.group_offsets(state, group_id, as_of_ms).localCheckpoint()
     committed = [(row.topic, row.partition, row.offset) for row in offsets.collect()]
-    snapshot = transforms.with_lag(offsets, log_ends(spark, bootstrap, committed, config))
+    if not committed and not allow_empty:
+        when = "" if as_of_ms is None else f" as of {arguments.iso_time(as_of_ms)}"
+        raise errors.JobError(
+            f"group {group_id!r} has no committed offsets in {state_topic!r}{when}"
+            " (is the group id right?); nothing written. --allow-empty writes an empty snapshot"
+        )
+    ends_by_partition = log_end_offsets(bootstrap, committed, config)
+    snapshot = transforms.with_lag(
+        offsets,
+        spark.createDataFrame(
+            [(t, p, end) for (t, p), end in ends_by_partition.items()],
+            "topic STRING, partition INT, log_end_offset BIGINT",
+        ),
+    )
     snapshot.orderBy(*transforms.TOPIC_PARTITION).coalesce(1).write.mode("overwrite").parquet(
         storage.spark_path(storage.join(output, OFFSETS_FILE))
     )
@@ -69,26 +96,67 @@ def take(
         "checksum": storage.offsets_checksum(committed),
     }
     storage.write_json(spark, storage.join(output, MANIFEST_FILE), manifest)
-    return manifest
+    # Returned, not written (the Parquet has them): what the table and the warnings show.
+    return {
+        **manifest,
+        "logEndOffsets": [
+            {"topic": t, "partition": p, "offset": o, "logEndOffset": ends_by_partition.get((t, p))}
+            for t, p, o in sorted(committed)
+        ],
+    }
 
 
-def log_ends(
-    spark: SparkSession,
-    bootstrap: str,
-    committed: list[tuple[str, int, int]],
-    config: dict[str, str],
-) -> DataFrame:
-    """``(topic, partition, log_end_offset)`` of every committed partition still in Kafka.
+def log_end_offsets(
+    bootstrap: str, committed: list[tuple[str, int, int]], config: dict[str, str]
+) -> dict[tuple[str, int], int]:
+    """The log end of every committed partition still in Kafka.
 
     Partitions of deleted topics are left out, so their lag stays unknown (null).
     """
     wanted = {(t, p) for t, p, _ in committed}
     live = topics.topic_partitions(bootstrap, sorted({t for t, _ in wanted}), config)
     marks = topics.watermarks(bootstrap, [tp for tp in live if tp in wanted], config)
-    return spark.createDataFrame(
-        [(t, p, high) for (t, p), (_, high) in marks.items()],
-        "topic STRING, partition INT, log_end_offset BIGINT",
-    )
+    return {tp: high for tp, (_, high) in marks.items()}
+
+
+def past_log_end_warnings(rows: list[dict[str, Any]]) -> list[str]:
+    """One warning per committed offset past the log end the broker reports."""
+    return [
+        f"{row['topic']}[{row['partition']}]: committed offset {row['offset']} is past the log"
+        f" end {row['logEndOffset']} the broker reports; its lag shows as 0. Either the"
+        " broker reports a wrong log end (some do after batched produces) or the partition"
+        " lost records: check before restoring to this offset"
+        for row in rows
+        if row["logEndOffset"] is not None and row["offset"] > row["logEndOffset"]
+    ]
+
+
+def report(manifest: dict[str, Any]) -> list[str]:
+    """The snapshot for people: where, what, and one table row per partition."""
+    rows = manifest.get("logEndOffsets", [])
+    as_of = f", as of {manifest['asOf']}" if manifest.get("asOf") else ""
+    lines = [
+        f"snapshot of group {manifest['group']} written to {manifest['location']}",
+        f"  taken at {manifest['takenAt']}{as_of}: {manifest['records']} committed offsets,"
+        f" checksum {manifest['checksum']}",
+    ]
+    if rows:
+        lines += arguments.table(
+            ("topic", "partition", "offset", "log end", "lag"),
+            [
+                (
+                    row["topic"],
+                    row["partition"],
+                    row["offset"],
+                    row["logEndOffset"],
+                    None
+                    if row["logEndOffset"] is None
+                    else max(row["logEndOffset"] - row["offset"], 0),
+                )
+                for row in rows
+            ],
+        )
+    return lines
 
 
 def read(spark: SparkSession, location: str) -> tuple[dict[str, Any], DataFrame]:
@@ -98,12 +166,25 @@ def read(spark: SparkSession, location: str) -> tuple[dict[str, Any], DataFrame]
     return manifest, data
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = arguments.parser("Snapshot one consumer group's committed offsets.")
+def main(argv: Sequence[str] | None = None) -> int:
+    return arguments.run("snapshot", _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = arguments.parser("snapshot", "Snapshot one consumer group's committed offsets.")
     parser.add_argument("--group", required=True)
     parser.add_argument("--output", required=True, help="storage URI of this snapshot")
     parser.add_argument("--as-of", help="ISO-8601 time: offsets as they stood then")
+    parser.add_argument(
+        "--allow-empty", action="store_true", help="write a snapshot of a group with no offsets"
+    )
     args = parser.parse_args(argv)
+    if not args.group:
+        raise errors.UsageError("--group must not be empty")
+    as_of_ms = None if args.as_of is None else arguments.parse_time_ms(args.as_of)
+    config = arguments.kafka_config(args)
+    storage.check_writable(args.output)
+    arguments.check_state_topic(args.bootstrap, args.topic, config)
     with session.job_session("kafka-group-snapshot", args.master) as spark:
         manifest = take(
             spark,
@@ -111,10 +192,17 @@ def main(argv: list[str] | None = None) -> int:
             args.topic,
             args.group,
             args.output,
-            None if args.as_of is None else arguments.parse_time_ms(args.as_of),
-            arguments.kafka_config(args),
+            as_of_ms,
+            config,
+            allow_empty=args.allow_empty,
         )
-    arguments.emit_result(manifest)
+    if args.json:
+        arguments.emit_result(manifest)
+    else:
+        arguments.say(*report(manifest))
+    for warning in past_log_end_warnings(manifest["logEndOffsets"]):
+        arguments.warn(warning)
+    arguments.note_client_warnings()
     return 0
 
 

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import urllib.parse
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from kafka_group_jobs import errors
 
 PVC_MOUNT_ROOT = "/mnt/kgo"
 
@@ -33,6 +38,36 @@ def spark_path(uri: str) -> str:
     if "://" not in uri:
         return "file:" + uri
     return uri
+
+
+def local_path(uri: str) -> Path | None:
+    """The file-system path of a ``file:``, plain or ``pvc://`` URI; None for object stores."""
+    path = spark_path(uri)
+    if not path.startswith("file:"):
+        return None
+    return Path(urllib.parse.unquote(urllib.parse.urlsplit(path).path))
+
+
+def check_readable(what: str, uri: str, name: str) -> None:
+    """Before Spark: the file ``name`` under a local ``uri`` exists (object stores: unchecked)."""
+    directory = local_path(uri)
+    if directory is not None and not (directory / name).is_file():
+        found = "no such directory" if not directory.exists() else f"no {name} in it"
+        raise errors.JobError(f"{what} {uri} not found: {found}")
+
+
+def check_writable(uri: str) -> None:
+    """Before Spark: a local ``uri`` is, or can be made, a writable directory."""
+    path = local_path(uri)
+    if path is None:
+        return
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise errors.JobError(f"{uri}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise errors.JobError(f"{uri}: {existing} is not writable")
 
 
 def join(uri: str, *parts: str) -> str:

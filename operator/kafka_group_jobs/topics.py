@@ -10,11 +10,17 @@ The runtime's loader finds its end the same way.
 
 The data topics' bounds (``earliest``/``latest``) come from ``get_watermark_offsets``: there
 the high watermark is the only standard answer. On tansu it is exact only for unbatched
-produces, which the tests use.
+produces, which the tests use; the jobs warn when a committed offset lies past it.
+
+**librdkafka's own log.** A client that cannot reach its broker logs every failed connection
+attempt (hundreds of lines in a few seconds). Every client here logs into ``CLIENT_LOG``
+instead of stderr; a failure names the last line and how many there were, in its one message.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -22,17 +28,95 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from kafka_group_jobs import errors
 from kafka_group_records import codec, records
 
+DEFAULT_KAFKA_PORT = 9092
 
-class TopicError(RuntimeError):
+
+class TopicError(errors.JobError):
     """A Kafka call of a job failed (the original error is chained)."""
 
 
+class ClientLog(logging.Handler):
+    """Counts librdkafka's log lines and keeps the last one, instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines = 0
+        self.warnings = 0
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines += 1
+        if record.levelno >= logging.WARNING:
+            self.warnings += 1
+            # "FAIL [rdkafka#consumer-1] [thrd:host:9/bootstrap]: host:9/bootstrap: Connect..."
+            self.last = record.getMessage().rpartition("]: ")[2]
+
+    def summary(self) -> str:
+        """``" (the Kafka client logged N warnings; the last: ...)"``, or ``""``."""
+        if not self.warnings:
+            return ""
+        return f" (the Kafka client logged {self.warnings} warnings; the last: {self.last})"
+
+
+CLIENT_LOG = ClientLog()
+_client_logger = logging.getLogger("kafka_group_jobs.kafka_client")
+_client_logger.addHandler(CLIENT_LOG)
+_client_logger.setLevel(logging.DEBUG)
+_client_logger.propagate = False
+
+
 def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _client_logger}
     config.update(extra or {})
     return config
+
+
+def failure(message: str, error: BaseException) -> TopicError:
+    """A one-line ``TopicError``: what failed, why, and the client's last log line."""
+    return TopicError(f"{message}: {_reason(error)}{CLIENT_LOG.summary()}")
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        return str(error.args[0].str())
+    return str(error)
+
+
+def bootstrap_servers(bootstrap: str) -> list[tuple[str, int]]:
+    """``host:port`` pairs of a bootstrap list (``[v6]:port`` and a ``SCHEME://`` prefix too)."""
+    servers = []
+    for entry in bootstrap.split(","):
+        address = entry.strip().rpartition("://")[2]
+        if not address:
+            continue
+        host, colon, port = address.rpartition(":")
+        if not colon or host.endswith(":") or not host:  # no port given (or a bare IPv6)
+            host, port = address, str(DEFAULT_KAFKA_PORT)
+        if not port.isdigit():
+            raise errors.UsageError(f"--bootstrap: {entry.strip()!r} is not HOST:PORT")
+        servers.append((host.strip("[]"), int(port)))
+    if not servers:
+        raise errors.UsageError("--bootstrap: no HOST:PORT given")
+    return servers
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 1.5) -> None:
+    """Raises ``TopicError`` unless one bootstrap server accepts a TCP connection.
+
+    A plain connect, before any Kafka client starts: it fails in a second, where a client
+    would retry (and log) until its own timeout.
+    """
+    reasons = []
+    for host, port in bootstrap_servers(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as error:
+            reasons.append(f"{host}:{port}: {error.strerror or error}")
+    raise TopicError(f"cannot reach any Kafka bootstrap server ({'; '.join(reasons)})")
 
 
 def reader_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -54,7 +138,7 @@ def partition_count(bootstrap: str, topic: str, extra: Mapping[str, str] | None 
     try:
         metadata = consumer.list_topics(topic, timeout=10)
     except KafkaException as error:
-        raise TopicError(f"cannot describe topic {topic!r}: {error}") from error
+        raise failure(f"cannot describe topic {topic!r}", error) from error
     finally:
         consumer.close()
     described = metadata.topics.get(topic)
@@ -93,7 +177,10 @@ def produce(
         producer.poll(0)
     remaining = producer.flush(60)
     if remaining or failures:
-        raise TopicError(f"{remaining} undelivered, errors: {failures[:3]}")
+        raise TopicError(
+            f"cannot write to {topic!r}: {remaining} undelivered, errors: {failures[:3]}"
+            + CLIENT_LOG.summary()
+        )
     return last
 
 
@@ -136,7 +223,7 @@ def watermarks(
             for topic, partition in topic_partitions
         }
     except KafkaException as error:
-        raise TopicError(f"cannot read offsets: {error}") from error
+        raise failure("cannot read offsets", error) from error
     finally:
         consumer.close()
 
@@ -155,7 +242,7 @@ def topic_partitions(
             found.extend((topic, partition) for partition in sorted(described.partitions))
         return found
     except KafkaException as error:
-        raise TopicError(f"cannot list partitions: {error}") from error
+        raise failure("cannot list partitions", error) from error
     finally:
         consumer.close()
 
@@ -172,7 +259,7 @@ def offsets_for_time(
     try:
         found = consumer.offsets_for_times(wanted, timeout=10) if wanted else []
     except KafkaException as error:
-        raise TopicError(f"cannot look offsets up by time: {error}") from error
+        raise failure("cannot look offsets up by time", error) from error
     finally:
         consumer.close()
     return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}

@@ -526,7 +526,15 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
     log_path = screen.group.directory / f"{job}.log"
     with stdout_path.open("wb") as stdout, log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments, "--master", master],
+            [
+                sys.executable,
+                "-m",
+                f"kafka_group_jobs.{job}",
+                *arguments,
+                "--master",
+                master,
+                "--json",
+            ],
             stdout=stdout,
             stderr=log,
             # Its own session: Ctrl-C reaches the demo, which then stops the job and its JVM.
