@@ -23,6 +23,7 @@ from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import tokens
+from kafka_group_operator.commands import common
 from kafka_group_operator.coordinator import messages
 
 logger = logging.getLogger("kgo.coordinator")
@@ -59,12 +60,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
     parser.add_argument("--groups", type=Path, help="JSON file {group: settings}")
     parser.add_argument("--checkpoint", help="compaction checkpoint(s) to load from (dir, file://)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
     parser.set_defaults(func=run)
 
 
 def read_group_settings(path: Path) -> list[messages.GroupSettings]:
-    loaded = json.loads(path.read_text())
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read the groups file {path}: {error}") from error
     if not isinstance(loaded, dict):
         raise ValueError(f"{path} must hold a JSON object {{group: settings}}")
     settings = []
@@ -76,21 +82,23 @@ def read_group_settings(path: Path) -> list[messages.GroupSettings]:
             raise ValueError(f"unknown settings for group {group!r}: {sorted(unknown)}")
         values = {GROUP_SETTING_FIELDS[name]: value for name, value in fields.items()}
         if "topics" in values:
+            if not isinstance(values["topics"], list):
+                raise ValueError(f"topics of group {group!r} must be a list of names")
             values["topics"] = tuple(values["topics"])
         settings.append(messages.GroupSettings(group_id=group, **values))
     return settings
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(
+    args: argparse.Namespace,
+    token_store: tokens.GroupTokens | None,
+    group_settings: list[messages.GroupSettings],
+) -> None:
     # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
     from kafka_group_operator.runtime import coordinator_runtime
 
-    token_store: tokens.GroupTokens | None = None
-    if args.tokens is not None:
-        token_store = tokens.GroupTokens.from_file(args.tokens)
-    else:
+    if token_store is None:
         logger.warning("no --tokens file: the member API accepts requests without a token")
-    group_settings = read_group_settings(args.groups) if args.groups is not None else []
     runtime = coordinator_runtime.CoordinatorRuntime(
         coordinator_runtime.RuntimeConfig(
             bootstrap_servers=args.bootstrap,
@@ -113,7 +121,12 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.setup()
     try:
         await runtime.start()
-        await web.TCPSite(runner, args.host, args.port).start()
+        try:
+            await web.TCPSite(runner, args.host, args.port).start()
+        except OSError as error:
+            raise common.CommandError(
+                f"cannot listen on {args.host}:{args.port}: {error.strerror or error}"
+            ) from None
         logger.info("member API on http://%s:%d (state topic %s)", args.host, args.port, args.topic)
         await runtime.wait_until_loaded()
         for settings in group_settings:
@@ -129,9 +142,17 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The files are read before anything starts: a wrong path is one line, not a traceback.
+    try:
+        token_store = tokens.GroupTokens.from_file(args.tokens) if args.tokens else None
+        group_settings = read_group_settings(args.groups) if args.groups is not None else []
+    except (ValueError, TypeError) as error:
+        raise common.UsageError(str(error)) from None
+    if not 0 < args.port < 65536:
+        raise common.UsageError(f"--port must be between 1 and 65535, not {args.port}")
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, token_store, group_settings))
     return 0

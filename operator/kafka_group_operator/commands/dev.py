@@ -1,0 +1,239 @@
+"""``kgo dev up|down|env``: a local broker and coordinator that outlive the command.
+
+``up`` starts the embedded broker and a standalone coordinator as background processes (in
+their own sessions, so they survive the shell that started them), creates a topic with some
+messages and a group with its token, and prints the environment a member needs as ``export``
+lines on stdout (``eval "$(kgo dev up)"``); what it started goes to stderr. Its state
+(``dev.json``, ``tokens.json``, ``groups.json``, the logs) lives in ``$KGO_DEV_DIR``, else
+``~/.kgo-dev``. ``down`` stops both; ``env`` prints the exports again. ``up`` while up and
+``down`` while down say so and succeed. The broker keeps its data in memory: ``down`` forgets
+the topic, the offsets and the group.
+
+The group is started as the demo starts its own (``demo.LocalGroup``), one code path for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka_group_operator.commands import common
+
+STATE_FILE = "dev.json"
+STOP_TIMEOUT_S = 15.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "dev", help="start/stop a local broker and coordinator with a topic and a group"
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start them; print the member environment")
+    up.add_argument("--group", default="shop.orders", help="the group id (default shop.orders)")
+    up.add_argument("--topic", default="orders", help="the topic to create (default orders)")
+    up.add_argument("--partitions", type=int, default=6, help="its partitions (default 6)")
+    up.add_argument(
+        "--messages", type=int, default=1000, help="messages to produce into it (default 1000)"
+    )
+    up.set_defaults(func=run_up)
+    down = actions.add_parser("down", help="stop the broker and the coordinator")
+    down.set_defaults(func=run_down)
+    env = actions.add_parser("env", help="print the member environment again")
+    env.set_defaults(func=run_env)
+
+
+def directory() -> Path:
+    return Path(os.environ.get("KGO_DEV_DIR") or Path.home() / ".kgo-dev")
+
+
+def note(message: str) -> None:
+    print(f"kgo dev: {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------- processes
+
+
+def running(pid: int, marker: str) -> bool:
+    """Whether ``pid`` is alive and still the process we started (its command holds
+    ``marker``), so that a recycled pid is never signalled."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but someone else's: not ours
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.parent.parent.joinpath("self").exists():
+        return True  # no /proc (macOS): trust the pid
+    try:
+        # A zombie's command line is empty: it is no longer running.
+        return marker.encode() in cmdline.read_bytes()
+    except OSError:
+        return False
+
+
+def stop(pid: int, marker: str) -> None:
+    """SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``, until the process is gone."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not running(pid, marker):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and running(pid, marker):
+            time.sleep(0.05)
+
+
+# The parts of a setup and what their command lines hold.
+PARTS = {"coordinator": "kafka_group_operator", "broker": "tansu"}
+
+
+def read_state() -> dict[str, Any] | None:
+    path = directory() / STATE_FILE
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise common.CommandError(f"cannot read {path}: {error}; remove it to start over") from None
+    return state
+
+
+def alive(state: dict[str, Any]) -> dict[str, bool]:
+    return {part: running(state[part]["pid"], marker) for part, marker in PARTS.items()}
+
+
+def exports(state: dict[str, Any]) -> str:
+    variables = {
+        "KAFKA_BOOTSTRAP_SERVERS": state["broker"]["bootstrap"],
+        "KGO_COORDINATOR_URL": state["coordinator"]["url"],
+        "KGO_GROUP_ID": state["group"],
+        "KGO_GROUP_TOKEN": state["token"],
+        "KGO_TOPICS": state["topic"],
+        "KGO_AUTO_OFFSET_RESET": "earliest",
+    }
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in variables.items())
+
+
+def stop_all(state: dict[str, Any]) -> None:
+    # The coordinator first: it writes to the broker until it stops.
+    for part, marker in PARTS.items():
+        stop(state[part]["pid"], marker)
+
+
+# -------------------------------------------------------------------------------- commands
+
+
+def run_up(args: argparse.Namespace) -> int:
+    if args.partitions < 1 or args.messages < 0:
+        raise common.UsageError("--partitions must be >= 1 and --messages >= 0")
+    state = read_state()
+    if state is not None:
+        status = alive(state)
+        if all(status.values()):
+            note(
+                f"already up: broker {state['broker']['bootstrap']}, coordinator "
+                f"{state['coordinator']['url']}, group {state['group']} ('kgo dev down' stops them)"
+            )
+            sys.stdout.write(exports(state))
+            return 0
+        gone = ", ".join(part for part, up in status.items() if not up)
+        note(f"the last setup is half down ({gone} exited); starting again")
+        stop_all(state)
+        (directory() / STATE_FILE).unlink(missing_ok=True)
+    state = start(args)
+    sys.stdout.write(exports(state))
+    return 0
+
+
+def start(args: argparse.Namespace) -> dict[str, Any]:
+    # The demo's harness and the broker module load the Kafka client: imported when used.
+    from kafka_group_operator.commands import demo
+    from kafka_group_operator.embedded import broker as embedded
+
+    home = directory()
+    home.mkdir(parents=True, exist_ok=True)
+    broker = embedded.EmbeddedBroker(log_path=home / "broker.log")
+    local = demo.LocalGroup(
+        group=args.group,
+        topic=args.topic,
+        partitions=args.partitions,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=1_000,
+        directory=home,
+        keep_directory=True,
+    )
+    try:
+        broker.start()
+        local.broker = broker
+        local.create_topic(args.topic, args.partitions)
+        produce(broker.bootstrap, args.topic, args.partitions, args.messages)
+        local.start_coordinator()
+    except Exception as error:
+        # Nothing half-started stays behind; the logs do, for the reason.
+        if local.coordinator is not None:
+            local.coordinator.kill()
+        broker.stop()
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise common.CommandError(f"could not start: {first} (logs in {home})") from None
+    assert local.coordinator is not None
+    assert broker.process is not None
+    state = {
+        "broker": {"pid": broker.process.pid, "bootstrap": broker.bootstrap},
+        "coordinator": {"pid": local.coordinator.pid, "url": local.coordinator_url},
+        "group": args.group,
+        "topic": args.topic,
+        "partitions": args.partitions,
+        "token": local.token,
+    }
+    (home / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    note(f"broker on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
+    note(
+        f"topic {args.topic} ({args.partitions} partitions, {args.messages} messages), "
+        f"group {args.group} (token in {home / 'tokens.json'})"
+    )
+    note('a member needs this environment; eval "$(kgo dev env)" sets it in another shell')
+    return state
+
+
+def produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
+    """``count`` messages round-robin over the partitions, durably."""
+    from confluent_kafka import Producer
+
+    # One message per batch: the embedded broker reports a wrong log end after batches.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for sequence in range(count):
+        producer.produce(topic, f"message {sequence}".encode(), partition=sequence % partitions)
+        producer.poll(0)
+    if producer.flush(30):
+        raise common.CommandError(f"could not produce {count} messages to {topic}")
+
+
+def run_down(args: argparse.Namespace) -> int:
+    state = read_state()
+    if state is None:
+        note(f"nothing to stop (no {directory() / STATE_FILE})")
+        return 0
+    stop_all(state)
+    (directory() / STATE_FILE).unlink(missing_ok=True)
+    note(
+        f"stopped the coordinator (pid {state['coordinator']['pid']}) and the broker "
+        f"(pid {state['broker']['pid']})"
+    )
+    return 0
+
+
+def run_env(args: argparse.Namespace) -> int:
+    state = read_state()
+    if state is None or not all(alive(state).values()):
+        raise common.CommandError("not up: run 'kgo dev up'")
+    sys.stdout.write(exports(state))
+    return 0
