@@ -45,6 +45,8 @@ class Coordinator(Protocol):
 
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
 
+    async def list_groups(self) -> list[str]: ...
+
 
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 TOKENS_KEY = web.AppKey("tokens", tokens.TokenStore)
@@ -152,6 +154,38 @@ async def _describe(request: web.Request) -> web.Response:
     return web.json_response(wire.encode_description(description, lag))
 
 
+async def _list(request: web.Request) -> web.Response:
+    """The groups this caller may see: with tokens, those whose token it presents."""
+    coordinator = _coordinator(request)
+    store = request.app.get(TOKENS_KEY)
+    presented = tokens.bearer_token(request.headers.get("Authorization"))
+    if store is not None and presented is None:
+        raise errors.GroupAuthorizationFailed(
+            "missing bearer token: send 'Authorization: Bearer <a group token>'"
+        )
+    listed = []
+    for group_id in await coordinator.list_groups():
+        if store is not None:
+            try:
+                tokens.authorize(store, group_id, presented)
+            except errors.GroupAuthorizationFailed:
+                continue
+        try:
+            description = await coordinator.describe_group(group_id)
+        except errors.GroupIdNotFound:  # expired or deleted since it was listed
+            continue
+        listed.append(
+            {
+                "groupId": description.group_id,
+                "state": description.state,
+                "members": len(description.members),
+                "groupEpoch": description.group_epoch,
+                "assignor": description.assignor,
+            }
+        )
+    return web.json_response({"groups": listed})
+
+
 async def _openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[_OPENAPI_KEY], content_type="application/json")
 
@@ -174,6 +208,7 @@ def build_app(runtime: Coordinator, token_store: tokens.TokenStore | None) -> we
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
     app.router.add_get("/v1/groups/{group}", _describe)
+    app.router.add_get("/v1/groups", _list)
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_get("/healthz", _health)
     return app

@@ -216,6 +216,26 @@ _SCHEMAS: dict[str, Schema] = {
             "partitionsPendingRevocation": _ref("Partitions"),
         },
     },
+    "GroupListing": {
+        "type": "object",
+        "required": ["groups"],
+        "properties": {
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["groupId", "state", "members", "groupEpoch", "assignor"],
+                    "properties": {
+                        "groupId": {"type": "string"},
+                        "state": {"type": "string"},
+                        "members": {"type": "integer", "minimum": 0},
+                        "groupEpoch": {"type": "integer"},
+                        "assignor": {"type": "string"},
+                    },
+                },
+            }
+        },
+    },
     "Health": {
         "type": "object",
         "required": ["status"],
@@ -345,6 +365,20 @@ def document() -> Schema:
                             "content": _json(_ref("GroupDescription")),
                         },
                         **_errors(*_AUTH_ERRORS, 404),
+                    },
+                },
+            },
+            "/v1/groups": {
+                "get": {
+                    "operationId": "listGroups",
+                    "summary": "The groups the coordinator holds (with tokens: those whose "
+                    "token the request presents).",
+                    "responses": {
+                        "200": {
+                            "description": "The groups, by id.",
+                            "content": _json(_ref("GroupListing")),
+                        },
+                        **_errors(401, 503),
                     },
                 },
             },
