@@ -41,6 +41,7 @@ STATE_RECORD_COLUMNS = tuple(field.split()[0] for field in STATE_RECORD_DDL.spli
 OFFSET_COMMIT = "offset_commit"
 GROUP_CONFIG = "group_config"
 GROUP_LIFECYCLE = "group_lifecycle"
+GROUP_OWNER = "group_owner"
 LOAD_MARKER = "load_marker"
 UNKNOWN = "unknown"
 
@@ -56,6 +57,7 @@ RECORD_TYPES: dict[type[Any], str] = {
     records.ConsumerGroupCurrentMemberAssignmentKey: "current_assignment",
     records.GroupConfigKey: GROUP_CONFIG,
     records.GroupLifecycleKey: GROUP_LIFECYCLE,
+    records.GroupOwnerKey: GROUP_OWNER,
     records.LoadMarkerKey: LOAD_MARKER,
 }
 

@@ -139,7 +139,10 @@ def deleted_groups(latest: DataFrame) -> DataFrame:
 
 
 def compaction_tombstones(latest: DataFrame, now_ms: int, default_retention_ms: int) -> DataFrame:
-    """Tombstones for every live record of an expired or deleted group.
+    """Tombstones for every live record of an expired or deleted group but its owner record.
+
+    The owner record names the ConsumerGroup resource that owns the group id; it outlives
+    the group's records, as only that resource's deletion gives the id up.
 
     Columns: partition (state topic), key, group_id, record_type, reason (expired | deleted).
     """
@@ -153,6 +156,7 @@ def compaction_tombstones(latest: DataFrame, now_ms: int, default_retention_ms: 
     )
     return (
         live(latest)
+        .where(F.col("record_type") != columns.GROUP_OWNER)
         .join(doomed, "group_id")
         .select("partition", "key", "group_id", "record_type", "reason")
     )

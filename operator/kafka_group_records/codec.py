@@ -47,6 +47,8 @@ style, version 0, so that fields can later be added as tagged fields:
   offsets_retention_ms int64, assignment_paused int8 (0/1), topics compact_array[compact_string],
   tagged_fields``.
 * 1001 GroupLifecycle: key ``group_id string``; value ``empty_since_ms int64, tagged_fields``.
+* 1002 GroupOwner: key ``group_id string``; value ``namespace compact_string,
+  name compact_string, uid compact_string, tagged_fields``.
 * 1100 LoadMarker: key with no fields (one key per partition); value ``nonce compact_string,
   written_at_ms int64, tagged_fields``.
 
@@ -75,6 +77,7 @@ CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY = 8
 GROUP_CONFIG_KEY = 1000
 GROUP_LIFECYCLE_KEY = 1001
+GROUP_OWNER_KEY = 1002
 LOAD_MARKER_KEY = 1100
 
 OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
@@ -327,6 +330,10 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.compact_strings(value.topics)
     elif isinstance(value, records.GroupLifecycleValue):
         writer.int64(value.empty_since_ms)
+    elif isinstance(value, records.GroupOwnerValue):
+        writer.compact_string(value.namespace)
+        writer.compact_string(value.name)
+        writer.compact_string(value.uid)
     else:
         writer.compact_string(value.nonce)
         writer.int64(value.written_at_ms)
@@ -509,6 +516,7 @@ _KEY_DECODERS: dict[int, Callable[[bytes], records.RecordKey]] = {
     ),
     GROUP_CONFIG_KEY: _group_key(records.GroupConfigKey),
     GROUP_LIFECYCLE_KEY: _group_key(records.GroupLifecycleKey),
+    GROUP_OWNER_KEY: _group_key(records.GroupOwnerKey),
     LOAD_MARKER_KEY: _load_marker_key,
 }
 
@@ -522,6 +530,7 @@ _KEY_VERSIONS: dict[type, int] = {
     records.ConsumerGroupCurrentMemberAssignmentKey: CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY,
     records.GroupConfigKey: GROUP_CONFIG_KEY,
     records.GroupLifecycleKey: GROUP_LIFECYCLE_KEY,
+    records.GroupOwnerKey: GROUP_OWNER_KEY,
 }
 
 
@@ -663,6 +672,9 @@ _FLEXIBLE_VALUE_DECODERS: dict[type, Callable[[_Reader], records.RecordValue]] =
     records.ConsumerGroupCurrentMemberAssignmentKey: _current_assignment_value,
     records.GroupConfigKey: _group_config_value,
     records.GroupLifecycleKey: lambda r: records.GroupLifecycleValue(r.int64()),
+    records.GroupOwnerKey: lambda r: records.GroupOwnerValue(
+        r.compact_string(), r.compact_string(), r.compact_string()
+    ),
     records.LoadMarkerKey: _load_marker_value,
 }
 

@@ -20,6 +20,7 @@ the record type, exactly like the key version in Kafka's ``__consumer_offsets``:
  8      ConsumerGroupCurrentMemberAssignmentKey / ...  ConsumerGroupCurrentMemberAssignment
  1000   GroupConfigKey / GroupConfigValue              ours: per-group settings from the CR
  1001   GroupLifecycleKey / GroupLifecycleValue        ours: when the group became empty
+ 1002   GroupOwnerKey / GroupOwnerValue                ours: the resource owning the group id
  1100   LoadMarkerKey / LoadMarkerValue                ours: end-of-log marker for loaders
 =====  =============================================  ===================================
 
@@ -216,6 +217,24 @@ class GroupLifecycleValue:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupOwnerKey:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOwnerValue:
+    """The ConsumerGroup resource that owns the group id: the first to claim it.
+
+    Kept apart from ``GroupConfigValue`` because it outlives the group's other records
+    (offsets expiry removes those, not the claim); only the owner's deletion removes it.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoadMarkerKey:
     """One key per state-topic partition, so compaction keeps only the newest marker."""
 
@@ -237,6 +256,7 @@ RecordKey: TypeAlias = (
     | ConsumerGroupCurrentMemberAssignmentKey
     | GroupConfigKey
     | GroupLifecycleKey
+    | GroupOwnerKey
     | LoadMarkerKey
 )
 
@@ -251,6 +271,7 @@ RecordValue: TypeAlias = (
     | ConsumerGroupCurrentMemberAssignmentValue
     | GroupConfigValue
     | GroupLifecycleValue
+    | GroupOwnerValue
     | LoadMarkerValue
 )
 

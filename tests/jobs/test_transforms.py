@@ -134,6 +134,9 @@ def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSessi
             # "gone": settings tombstoned, one commit left behind -> deleted.
             group_record(columns.GROUP_CONFIG, "gone", 7, tombstone=True),
             commit("gone", "t", 0, 2, 0, 8),
+            # Ownership of a group id outlives its records: only the owner gives it up.
+            group_record(columns.GROUP_OWNER, "old", 10),
+            group_record(columns.GROUP_OWNER, "gone", 11),
             {
                 "partition": 0,
                 "offset": 9,
@@ -158,7 +161,7 @@ def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSessi
     )
     kept = transforms.checkpoint_records(latest, tombstones).select("offset")
     assertDataFrameEqual(
-        kept, spark.createDataFrame([(2,), (3,), (4,), (5,), (6,)], "offset BIGINT")
+        kept, spark.createDataFrame([(2,), (3,), (4,), (5,), (6,), (10,), (11,)], "offset BIGINT")
     )
 
 

@@ -488,6 +488,10 @@ _pairs: list[st.SearchStrategy[tuple[records.RecordKey, records.RecordValue]]] =
         st.builds(records.GroupLifecycleValue, _int64),
     ),
     st.tuples(
+        st.builds(records.GroupOwnerKey, _names),
+        st.builds(records.GroupOwnerValue, _names, _names, _names),
+    ),
+    st.tuples(
         st.just(records.LoadMarkerKey()),
         st.builds(records.LoadMarkerValue, _names, _int64),
     ),
@@ -513,7 +517,7 @@ def test_every_record_type_has_a_round_trip_strategy() -> None:
         records.ConsumerGroupTargetAssignmentMetadataKey,
         records.ConsumerGroupTargetAssignmentMemberKey,
         records.ConsumerGroupCurrentMemberAssignmentKey, records.GroupConfigKey,
-        records.GroupLifecycleKey, records.LoadMarkerKey,
+        records.GroupLifecycleKey, records.GroupOwnerKey, records.LoadMarkerKey,
     }  # fmt: skip
     assert set(records.RecordKey.__args__) == key_types  # type: ignore[attr-defined]
     assert len(_pairs) == len(key_types)

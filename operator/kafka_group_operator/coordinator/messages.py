@@ -148,10 +148,37 @@ class RemoveMembersRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupOwner:
+    """The ConsumerGroup resource that owns a group id (its uid tells a re-created one apart)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGroupRequest:
+    """Make ``owner`` the owner of ``group_id`` unless another resource owns it already."""
+
+    group_id: str
+    owner: GroupOwner
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseGroupRequest:
+    """Give the group id up, if (and only if) the resource with ``owner_uid`` owns it."""
+
+    group_id: str
+    owner_uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteGroupRequest:
     group_id: str
     # Deleting a group that still has members is refused (NON_EMPTY_GROUP) unless forced.
     force: bool = False
+    # When set, only the owner with this uid may delete (GROUP_AUTHORIZATION_FAILED otherwise).
+    owner_uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,9 @@ class CoordinatorShard:
     ) -> None:
         self._groups: dict[str, group.ConsumerGroup] = {}
         self._offsets = offsets.OffsetStore()
+        # group id -> the resource owning it; apart from ``_groups`` because it outlives
+        # the group's expiry.
+        self._owners: dict[str, messages.GroupOwner] = {}
         self._deadlines = timers.Deadlines()
         self._membership = membership.Membership(
             self._groups,
@@ -98,10 +101,36 @@ class CoordinatorShard:
     ) -> result.Result[None]:
         return self._membership.update_topics(topics, now_ms)
 
+    def claim_group(
+        self, request: messages.ClaimGroupRequest, now_ms: int
+    ) -> result.Result[messages.GroupOwner]:
+        """The owner of the group id after the claim: the claimant, unless another owns it."""
+        current = self._owners.get(request.group_id)
+        if current is not None and (current.uid != request.owner.uid or current == request.owner):
+            return result.Result(current, [])
+        owner = request.owner
+        value = schema.GroupOwnerValue(owner.namespace, owner.name, owner.uid)
+        return result.Result(owner, [schema.Record(schema.GroupOwnerKey(request.group_id), value)])
+
+    def release_group(
+        self, request: messages.ReleaseGroupRequest, now_ms: int
+    ) -> result.Result[bool]:
+        """Whether the group id was released (False: another resource owns it, or none)."""
+        current = self._owners.get(request.group_id)
+        if current is None or current.uid != request.owner_uid:
+            return result.Result(False, [])
+        return result.Result(True, [schema.Record(schema.GroupOwnerKey(request.group_id), None)])
+
     def delete_group(
         self, request: messages.DeleteGroupRequest, now_ms: int
     ) -> result.Result[None]:
         group_id = request.group_id
+        if request.owner_uid is not None:
+            owner = self._owners.get(group_id)
+            if owner is None or owner.uid != request.owner_uid:
+                raise errors.GroupAuthorizationFailed(
+                    f"Group {group_id} is not owned by the resource deleting it."
+                )
         existing = self._groups.get(group_id)
         if existing is None and not self._offsets.has_offsets(group_id):
             raise errors.GroupIdNotFound(f"Group {group_id} does not exist.")
@@ -196,6 +225,9 @@ class CoordinatorShard:
             ),
         )
 
+    def group_owner(self, group_id: str) -> messages.GroupOwner | None:
+        return self._owners.get(group_id)
+
     def list_groups(self) -> list[str]:
         return sorted(set(self._groups) | set(self._offsets.group_ids()))
 
@@ -213,6 +245,15 @@ class CoordinatorShard:
             return
         if isinstance(key, schema.GroupMetadataKey | schema.LoadMarkerKey):
             # Classic groups are carried through, never interpreted; markers are the loader's.
+            return
+        if isinstance(key, schema.GroupOwnerKey):
+            owner = record.value
+            if isinstance(owner, schema.GroupOwnerValue):
+                self._owners[key.group_id] = messages.GroupOwner(
+                    owner.namespace, owner.name, owner.uid
+                )
+            else:
+                self._owners.pop(key.group_id, None)
             return
         group_id = key.group_id
         existing = self._groups.get(group_id)
@@ -313,6 +354,7 @@ class CoordinatorShard:
             }
         return {
             "groups": groups,
+            "owners": dict(sorted(self._owners.items())),
             "offsets": {
                 group_id: sorted(self._offsets.committed(group_id).items())
                 for group_id in sorted(self._offsets.group_ids())

@@ -308,6 +308,23 @@ class CoordinatorRuntime:
             f"state partition {partition.index} of group {group_id!r} failed to load"
         )
 
+    async def claim_group(self, request: messages.ClaimGroupRequest) -> messages.GroupOwner:
+        """Record ``request.owner`` as the group id's owner unless another resource owns it;
+        returns the owner after the claim (durable: it survives restarts)."""
+        owner: messages.GroupOwner = await self._write(
+            request.group_id, lambda s, now: s.claim_group(request, now)
+        )
+        return owner
+
+    async def release_group(self, request: messages.ReleaseGroupRequest) -> bool:
+        released: bool = await self._write(
+            request.group_id, lambda s, now: s.release_group(request, now)
+        )
+        return released
+
+    async def group_owner(self, group_id: str) -> messages.GroupOwner | None:
+        return self._active_shard(group_id).group_owner(group_id)
+
     async def _write(
         self,
         group_id: str,
