@@ -427,6 +427,31 @@ async def test_a_forbidden_child_is_reported_and_heals_when_rbac_is_fixed(
     await operator.wait_for(lambda: (condition(kmock, "Ready") or {}).get("reason") != "Forbidden")
 
 
+async def test_an_invalid_snapshot_schedule_is_a_condition_not_a_traceback(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The CRD's pattern (five fields) accepts it; no field is in range.
+    snapshots = {"schedule": "99 99 99 99 99", "storage": {"uri": "file:///snapshots"}}
+    await create(kmock, group_body(topic, broker.bootstrap, snapshots=snapshots))
+    scheduled = await operator.wait_for(lambda: condition(kmock, "SnapshotsScheduled"), within=30)
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "InvalidSchedule")
+    assert "'99 99 99 99 99'" in scheduled["message"]
+    # The group itself runs; only its snapshots wait for a valid schedule.
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    assert not [record for record in caplog.records if record.exc_info]
+    await kube.api_call(
+        kmock, "PATCH", GROUP_PATH, {"spec": {"snapshots": {"schedule": "0 2 * * *"}}}
+    )
+    await operator.wait_for(
+        lambda: (condition(kmock, "SnapshotsScheduled") or {}).get("status") == "True",
+        within=60,
+    )
+
+
 async def test_pause_reconciliation_annotation(
     kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
 ) -> None:

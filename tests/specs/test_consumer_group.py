@@ -111,3 +111,27 @@ def test_the_crd_and_the_spec_accept_the_same_names(name: str, accepted: bool) -
     else:
         with pytest.raises(errors.InvalidSpec, match="name"):
             consumer_group.parse_consumer_group(name, "shop", _spec())
+
+
+@pytest.mark.parametrize("schedule", ["0 2 * * *", "*/15 * * * *", "@daily", "0 0 29 2 *"])
+def test_valid_snapshot_schedules(schedule: str) -> None:
+    assert consumer_group.parse_snapshot_schedule(schedule) == schedule
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "99 99 99 99 99",  # the shape the CRD's pattern accepts, out of every range
+        "0 0 30 2 *",  # never fires
+        "*/0 * * * *",
+        "a b c d e",
+        "* * * * * * *",
+        "@never",
+        None,
+    ],
+)
+def test_invalid_snapshot_schedules(schedule: Any) -> None:
+    with pytest.raises(errors.InvalidSchedule) as caught:
+        consumer_group.parse_snapshot_schedule(schedule)
+    assert caught.value.reason == "InvalidSchedule"
+    assert repr(schedule) in caught.value.message

@@ -43,6 +43,8 @@ from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.kube import spark as kube_spark
 from kafka_group_operator.manifests import conditions, group_settings, offset_jobs
 from kafka_group_operator.manifests import spark_application as spark_manifests
+from kafka_group_operator.specs import consumer_group as specs
+from kafka_group_operator.specs import errors as spec_errors
 
 SNAPSHOTS = ("kafkagroups.io", "v1alpha1", "offsetsnapshots")
 CONSUMER_GROUPS = ("kafkagroups.io", "v1alpha1", "consumergroups")
@@ -342,6 +344,26 @@ async def schedule_snapshots(
     schedule = spec.get("snapshots")
     if not schedule:
         return
+    try:
+        specs.parse_snapshot_schedule(schedule.get("schedule"))
+    except spec_errors.InvalidSchedule as error:
+        scheduled = conditions.Condition(
+            conditions.SNAPSHOTS_SCHEDULED, False, error.reason, error.message
+        )
+    else:
+        scheduled = conditions.Condition(
+            conditions.SNAPSHOTS_SCHEDULED, True, "Scheduled", "snapshots follow the schedule"
+        )
+    current = conditions.find(status.get("conditions"), conditions.SNAPSHOTS_SCHEDULED) or {}
+    if (current.get("status"), current.get("message")) != (
+        "True" if scheduled.status else "False",
+        scheduled.message,
+    ):
+        patch.status["conditions"] = conditions.merge_conditions(
+            status.get("conditions"), [scheduled], meta.get("generation"), conditions.now_rfc3339()
+        )
+    if not scheduled.status:
+        return  # reported; the next edit of the schedule is checked again
     kube = lifecycle.state_of(memo).kube
     history = status.get("snapshots") or {}
     now = datetime.datetime.now(datetime.UTC)

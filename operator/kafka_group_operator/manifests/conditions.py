@@ -16,6 +16,8 @@ READY = "Ready"
 REBALANCING = "Rebalancing"
 DEGRADED = "Degraded"
 RESET_IN_PROGRESS = "ResetInProgress"
+# Whether ``spec.snapshots`` can be followed (False with reason InvalidSchedule otherwise).
+SNAPSHOTS_SCHEDULED = "SnapshotsScheduled"
 
 
 @dataclass(frozen=True, slots=True)

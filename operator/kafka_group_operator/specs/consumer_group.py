@@ -8,10 +8,13 @@ defaulting (an older CRD, a test server). Pure: no Kubernetes or Kafka access.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from croniter import CroniterError, croniter
 
 from kafka_group_operator.specs import errors
 
@@ -140,6 +143,31 @@ def parse_consumer_group(
         snapshots=snapshots if isinstance(snapshots, Mapping) else None,
         labels=dict(labels or {}),
     )
+
+
+# A fixed start keeps the check pure; a schedule that never fires (Feb 30) fails from any.
+_SCHEDULE_CHECK_START = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+
+
+def parse_snapshot_schedule(schedule: object) -> str:
+    """``spec.snapshots.schedule`` if it is a cron schedule that fires, else ``InvalidSchedule``.
+
+    The CRD's pattern only checks the shape (five fields or a macro): ``"99 99 99 99 99"`` and
+    ``"0 0 30 2 *"`` pass it.
+    """
+    if not isinstance(schedule, str) or not (
+        schedule.startswith("@") or len(schedule.split()) == 5
+    ):
+        raise errors.InvalidSchedule(
+            f"snapshots.schedule {schedule!r} must be 5 cron fields or a macro such as @daily"
+        )
+    try:
+        croniter(schedule, _SCHEDULE_CHECK_START).get_next(datetime.datetime)
+    except (CroniterError, ValueError, KeyError) as error:
+        raise errors.InvalidSchedule(
+            f"snapshots.schedule {schedule!r} is not a valid cron schedule: {error}"
+        ) from error
+    return schedule
 
 
 def _string(spec: Mapping[str, Any], key: str, default: str) -> str:

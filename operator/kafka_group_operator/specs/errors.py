@@ -25,6 +25,12 @@ class InvalidSpec(SpecError):
     reason = "InvalidSpec"
 
 
+class InvalidSchedule(InvalidSpec):
+    """``spec.snapshots.schedule`` has the shape of a cron line but is not a valid schedule."""
+
+    reason = "InvalidSchedule"
+
+
 class InvalidTemplate(InvalidSpec):
     """The API server refused a child built from the spec (HTTP 400/422), such as an invalid
     pod template: only an edit of the resource can help."""
