@@ -1,7 +1,14 @@
-"""A loopback TCP proxy that a test can cut and restore: a real network partition.
+"""A loopback TCP proxy that a test can cut, stall and restore: a real network partition.
 
-While cut, open connections are reset and new ones are accepted and closed at once, which
-is what a client sees when the coordinator's pod is unreachable.
+Two kinds of partition, as clients meet them:
+
+* ``cut()``: open connections are reset and new ones are accepted and closed at once, as
+  when the coordinator's pod is gone and its node answers with resets;
+* ``stall()``: a black hole. Connections stay open and new ones are accepted, but not a byte
+  is forwarded in either direction, as when packets are dropped (a partitioned node, a
+  frozen VM): a client notices only through its own timeouts.
+
+``restore()`` ends either; bytes held during a stall are forwarded then.
 """
 
 from __future__ import annotations
@@ -17,8 +24,12 @@ class Proxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = embedded.free_port()
+        # Connections accepted so far, stalled ones included: how many attempts a client made.
+        self.accepted = 0
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._cut = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -37,12 +48,21 @@ class Proxy:
                 sock.close()
             self._sockets.clear()
 
+    def stall(self) -> None:
+        self._flowing.clear()
+
     def restore(self) -> None:
         self._cut.clear()
+        self._flowing.set()
+
+    def retarget(self, target_host: str, target_port: int) -> None:
+        """New connections go to another server (a Service that now selects another pod)."""
+        self.target = (target_host, target_port)
 
     def close(self) -> None:
         self._closed.set()
         self.cut()
+        self._flowing.set()
         self._listener.close()
 
     def _accept(self) -> None:
@@ -51,26 +71,38 @@ class Proxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.accepted += 1
             if self._cut.is_set():
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(client)
+        # A stalled proxy does not even reach the server: the client waits, connected.
+        self._flowing.wait()
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            if self._cut.is_set() or client not in self._sockets:  # cut meanwhile
                 client.close()
-                continue
-            with self._lock:
-                if self._cut.is_set():  # cut while we were connecting upstream
-                    client.close()
-                    upstream.close()
-                    continue
-                self._sockets.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+                upstream.close()
+                return
+            self._sockets.add(upstream)
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                # Held, not dropped, while stalled: TCP delivers it once the path heals.
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import Producer
@@ -23,13 +23,13 @@ from confluent_kafka import Producer
 from kafka_group_operator.commands import demo
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.member import GroupMember, MemberConfig, MemberError
+from kafka_group_operator.member import GroupMember, MemberConfig, MemberError, client
 from tests.member import proxy
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 SESSION_TIMEOUT_MS = 2_000
-TOPICS = ("basic", "latest", "outage", "fenced", "instance", "example")
+TOPICS = ("basic", "latest", "outage", "fenced", "blackhole", "instance", "example")
 EXAMPLE = Path(__file__).parents[2] / "examples" / "consumer.py"
 
 
@@ -47,7 +47,9 @@ def coordinator(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
     local.broker = broker
     # Before the coordinator starts, so that its first metadata poll knows every topic.
     for name in TOPICS:
-        local.create_topic(f"{name}-{suffix}", 4 if name in ("fenced", "outage") else 2)
+        local.create_topic(
+            f"{name}-{suffix}", 4 if name in ("fenced", "outage", "blackhole") else 2
+        )
     local.start(broker)
     try:
         yield local
@@ -85,12 +87,22 @@ def config(
     return MemberConfig(**settings)
 
 
+class Handout(NamedTuple):
+    """A message the member handed out, between two instants of the monotonic clock: it was
+    asked for at ``asked`` and received at ``at``, so the member handed it out in between."""
+
+    partition: int
+    offset: int
+    asked: float
+    at: float
+
+
 @dataclass
 class Running:
-    """A member iterating on its own thread, recording (partition, offset, time)."""
+    """A member iterating on its own thread, recording every message it hands out."""
 
     member: GroupMember
-    processed: list[tuple[int, int, float]] = field(default_factory=list)
+    processed: list[Handout] = field(default_factory=list)
     lost: list[tuple[float, frozenset[tuple[str, int]]]] = field(default_factory=list)
     failure: BaseException | None = None
     thread: threading.Thread | None = None
@@ -98,9 +110,19 @@ class Running:
     def start(self) -> Running:
         def run() -> None:
             try:
-                for message in self.member:
+                messages = iter(self.member)
+                while True:
+                    asked = time.monotonic()
+                    message = next(messages, None)
+                    if message is None:
+                        return
                     self.processed.append(
-                        (message.partition() or 0, message.offset() or 0, time.time())
+                        Handout(
+                            message.partition() or 0,
+                            message.offset() or 0,
+                            asked,
+                            time.monotonic(),
+                        )
                     )
             except BaseException as error:
                 self.failure = error
@@ -131,7 +153,7 @@ class Running:
 
 def running(member_config: MemberConfig) -> Running:
     lost: list[tuple[float, frozenset[tuple[str, int]]]] = []
-    member = GroupMember(member_config, on_lost=lambda p: lost.append((time.time(), p)))
+    member = GroupMember(member_config, on_lost=lambda p: lost.append((time.monotonic(), p)))
     return Running(member, lost=lost).start()
 
 
@@ -145,7 +167,7 @@ def test_consumes_commits_on_stop_and_the_next_member_resumes(
     first = running(config(coordinator, name, commit_interval_ms=60_000))
     first.wait_for(100)
     first.stop()
-    assert sorted((p, o) for p, o, _ in first.processed) == [
+    assert sorted((h.partition, h.offset) for h in first.processed) == [
         (p, o) for p in (0, 1) for o in range(50)
     ]
     coordinator_client = coordinator.client()
@@ -167,7 +189,7 @@ def test_consumes_commits_on_stop_and_the_next_member_resumes(
     second = Running(second_member).start()
     second.wait_for(20)
     time.sleep(0.3)
-    assert sorted((p, o) for p, o, _ in second.processed) == [
+    assert sorted((h.partition, h.offset) for h in second.processed) == [
         (p, o) for p in (0, 1) for o in range(50, 60)
     ]
     # Offsets count as processed once the next message is asked for; both are by now.
@@ -192,7 +214,7 @@ def test_without_a_commit_auto_offset_reset_latest_skips_the_backlog(
     member.wait_for(5)
     time.sleep(0.3)
     member.stop()
-    assert [(p, o) for p, o, _ in member.processed] == [(0, o) for o in range(10, 15)]
+    assert [(h.partition, h.offset) for h in member.processed] == [(0, o) for o in range(10, 15)]
 
 
 def test_a_short_coordinator_outage_changes_nothing(coordinator: demo.LocalGroup) -> None:
@@ -205,14 +227,19 @@ def test_a_short_coordinator_outage_changes_nothing(coordinator: demo.LocalGroup
     try:
         member.wait_assigned(4)
         epoch = member.member.member_epoch
-        cut_at = time.time()
+        cut_at = time.monotonic()
         link.cut()
         time.sleep(SESSION_TIMEOUT_MS / 1000 / 3)
         link.restore()
-        restored_at = time.time()
+        restored_at = time.monotonic()
         time.sleep(0.5)
         # It kept processing while the coordinator was out of reach, and lost nothing.
-        assert {p for p, _, at in member.processed if cut_at <= at <= restored_at} == {0, 1, 2, 3}
+        assert {h.partition for h in member.processed if cut_at <= h.at <= restored_at} == {
+            0,
+            1,
+            2,
+            3,
+        }
         assert member.lost == []
         assert len(member.member.assignment) == 4
         assert member.member.member_epoch == epoch
@@ -237,14 +264,14 @@ def test_a_fenced_member_stops_at_once_and_rejoins(coordinator: demo.LocalGroup)
         link.cut()
         # The coordinator expires the member and hands its partitions to the other one.
         other.wait_assigned(4, timeout=SESSION_TIMEOUT_MS / 1000 + 5)
-        taken_at = time.time()
+        taken_at = time.monotonic()
         assert cut_off.lost, "the cut-off member never gave its partitions up"
         lost_at, lost = cut_off.lost[0]
         assert lost == mine
         # No zombie: nothing of the lost partitions was processed after they were dropped,
         # and they were dropped before the coordinator gave them away.
         assert lost_at <= taken_at
-        assert [m for m in cut_off.processed if m[2] > lost_at] == []
+        assert [h for h in cut_off.processed if h.asked > lost_at] == []
         link.restore()
         # UNKNOWN_MEMBER_ID on its next heartbeat: it rejoins with epoch 0 and gets a share.
         cut_off.wait_assigned(2, timeout=10)
@@ -252,6 +279,76 @@ def test_a_fenced_member_stops_at_once_and_rejoins(coordinator: demo.LocalGroup)
         rejoined = len(cut_off.processed)
         cut_off.wait_for(rejoined + 10)
         assert cut_off.failure is None
+    finally:
+        cut_off.stop()
+        other.stop()
+        producer.stop()
+        link.close()
+
+
+def test_a_call_behind_a_black_hole_ends_at_its_deadline_and_is_not_retried(
+    coordinator: demo.LocalGroup,
+) -> None:
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    coordinator_client = client.CoordinatorClient(
+        link.url, coordinator.group, coordinator.token, timeout_s=60
+    )
+    try:
+        coordinator_client.describe()  # a kept-alive connection, as the heartbeat thread has
+        assert link.accepted == 1
+        link.stall()
+        deadline = time.monotonic() + 0.5
+        with pytest.raises(client.CoordinatorUnreachable):
+            coordinator_client.request("GET", "", deadline=deadline)
+        # It ended at its deadline, not after its 60 s timeout, and did not try again.
+        assert time.monotonic() - deadline < 60
+        assert link.accepted == 1
+        # A call whose deadline has passed is not even sent.
+        with pytest.raises(client.CoordinatorUnreachable):
+            coordinator_client.request("GET", "", deadline=time.monotonic())
+        assert link.accepted == 1
+    finally:
+        coordinator_client.close()
+        link.close()
+
+
+def test_a_member_behind_a_black_hole_hands_out_nothing_after_its_deadline(
+    coordinator: demo.LocalGroup,
+) -> None:
+    """Packets dropped, not refused: the heartbeat hangs instead of failing. The member must
+    not wait for its HTTP timeout (10 s here, as by default) to notice: it hands out nothing
+    once ``lost_after_ms`` have passed since its last successful heartbeat was sent."""
+    name = topic(coordinator, "blackhole")
+    assert coordinator.broker is not None
+    producer = demo.Producer(coordinator.broker.bootstrap, name, 4, rate=200)
+    producer.start()
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    cut_off = running(config(coordinator, name, url=link.url, request_timeout_s=10.0))
+    other = running(config(coordinator, name))
+    try:
+        cut_off.wait_assigned(2)
+        other.wait_assigned(2)
+        mine = cut_off.member.assignment
+        cut_off.wait_for(len(cut_off.processed) + 10)
+        link.stall()
+        # Every heartbeat that succeeded was sent before this instant (its reply left the
+        # proxy before the stall), so the member's deadline is at the latest:
+        deadline = time.monotonic() + cut_off.member.config.lost_after_ms / 1000
+        other.wait_assigned(4, timeout=SESSION_TIMEOUT_MS / 1000 + 10)
+        lost_by = time.monotonic() + 30  # the old behaviour needed 20 s: two 10 s timeouts
+        while not cut_off.lost and time.monotonic() < lost_by:
+            time.sleep(0.05)
+        assert cut_off.lost, "the cut-off member never gave its partitions up"
+        assert cut_off.lost[0][1] == mine
+        late = [h for h in cut_off.processed if h.asked >= deadline]
+        assert late == [], f"{len(late)} message(s) handed out after the deadline"
+        assert cut_off.failure is None
+        link.restore()
+        # Back in touch, it rejoins and gets a share again.
+        cut_off.wait_assigned(2, timeout=20)
+        other.wait_assigned(2, timeout=20)
+        rejoined = len(cut_off.processed)
+        cut_off.wait_for(rejoined + 10)
     finally:
         cut_off.stop()
         other.stop()

@@ -3,14 +3,17 @@
 One keep-alive HTTP connection per calling thread. Errors come back as the coordinator's own
 ``CoordinatorError`` subclasses, looked up by their Kafka name, so the member reacts to
 ``FENCED_MEMBER_EPOCH`` the same way whether it came from HTTP or anywhere else. A coordinator
-that cannot be reached raises ``CoordinatorUnreachable`` (retriable).
+that cannot be reached, or does not answer before the caller's deadline, raises
+``CoordinatorUnreachable`` (retriable).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +26,19 @@ Json = dict[str, Any]
 
 class CoordinatorUnreachable(errors.CoordinatorNotAvailable):
     """No HTTP answer from the coordinator (connection refused, reset, timed out)."""
+
+
+# What a kept-alive connection that the server closed in between fails with on reuse.
+STALE_CONNECTION_ERRORS = (
+    http.client.RemoteDisconnected,
+    BrokenPipeError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+)
+
+
+def _remaining(deadline: float | None) -> float:
+    return math.inf if deadline is None else deadline - time.monotonic()
 
 
 class CoordinatorClient:
@@ -51,27 +67,49 @@ class CoordinatorClient:
             self._local.connection = connection
         return connection
 
+    def _bound(self, connection: http.client.HTTPConnection, deadline: float | None) -> None:
+        """Let the next socket operation wait no longer than the time left before ``deadline``."""
+        timeout = min(self._timeout_s, _remaining(deadline))
+        if timeout <= 0:
+            raise TimeoutError("deadline passed")
+        connection.timeout = timeout  # taken by connect()
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+
     def _drop_connection(self) -> None:
         connection = getattr(self._local, "connection", None)
         if connection is not None:
             connection.close()
             self._local.connection = None
 
-    def request(self, method: str, path: str, body: Json | None = None) -> Json:
-        """One call; raises the coordinator's error for a non-2xx reply."""
+    def request(
+        self, method: str, path: str, body: Json | None = None, deadline: float | None = None
+    ) -> Json:
+        """One call; raises the coordinator's error for a non-2xx reply.
+
+        ``deadline`` (a ``time.monotonic()`` instant) bounds the whole call, retry included:
+        no socket operation waits past it, and a call that timed out is never repeated.
+        """
         payload = None if body is None else json.dumps(body).encode()
-        # A kept-alive connection the server closed in between fails on first use: one retry
-        # on a fresh connection tells that apart from a coordinator that is really gone.
         for attempt in (1, 2):
+            connection = self._connection()
+            reused = connection.sock is not None
             try:
-                connection = self._connection()
+                self._bound(connection, deadline)
                 connection.request(method, self._base + path, body=payload, headers=self._headers)
+                self._bound(connection, deadline)
                 response = connection.getresponse()
+                self._bound(connection, deadline)
                 raw = response.read()
                 break
             except (OSError, http.client.HTTPException) as error:
                 self._drop_connection()
-                if attempt == 2:
+                # A kept-alive connection the server closed in between fails on first use:
+                # one retry on a fresh connection tells that apart from a coordinator that
+                # is really gone. A timeout is never retried: the server may be processing
+                # the request, and the caller's deadline is what the time was for.
+                stale = reused and isinstance(error, STALE_CONNECTION_ERRORS)
+                if attempt == 2 or not stale or _remaining(deadline) <= 0:
                     raise CoordinatorUnreachable(f"coordinator unreachable: {error}") from error
         try:
             decoded = json.loads(raw) if raw else {}
@@ -86,8 +124,8 @@ class CoordinatorClient:
             raise CoordinatorUnreachable(f"HTTP {response.status} from the coordinator")
         raise errors.CoordinatorError(f"unexpected HTTP {response.status} from the coordinator")
 
-    def heartbeat(self, body: Json) -> Json:
-        return self.request("POST", "/heartbeat", body)
+    def heartbeat(self, body: Json, deadline: float | None = None) -> Json:
+        return self.request("POST", "/heartbeat", body, deadline)
 
     def commit(
         self, member_id: str, member_epoch: int, offsets: Mapping[TopicPartition, int]

@@ -16,10 +16,20 @@ reporting it, so revoking first and reporting at once is what makes a rebalance 
 
 Ownership is a frozenset swapped under the lock; every message is checked against it before
 it is handed out. When the coordinator fences the member (``FENCED_MEMBER_EPOCH``,
-``UNKNOWN_MEMBER_ID``), or cannot be reached for ``lost_after_ms``, the heartbeat thread
-empties it at once, so not a single further message of a lost partition is processed; the
-member then rejoins with epoch 0. ``FENCED_INSTANCE_ID`` (another live process has our
-identity) is fatal, as in Kafka.
+``UNKNOWN_MEMBER_ID``), the heartbeat thread empties it at once, so not a single further
+message of a lost partition is processed; the member then rejoins with epoch 0.
+``FENCED_INSTANCE_ID`` (another live process has our identity) is fatal, as in Kafka; see
+``HEARTBEAT_ERRORS`` for how every other error is handled.
+
+No zombie processing. Ownership is only *provably fresh* until ``lost_after_ms`` after the
+last successful heartbeat was *sent* (the coordinator armed its session deadline when it
+handled that heartbeat, which was later, and ``lost_after_ms`` is below the session timeout).
+So a message is handed out only if, on the monotonic clock, ``now < fresh_until``, checked by
+the consuming thread after the fetch returned it, right before it is yielded. Otherwise the
+partitions are lost on the spot (``on_lost``, epoch 0, rejoin), whatever the heartbeat thread
+is doing: blocked on a black-holed connection, or frozen together with the whole process
+(SIGSTOP, a GC pause, a suspended VM) and woken up with stale messages already fetched. Each
+heartbeat is bounded by the time left before ``fresh_until`` and never retried past it.
 
 Stopping (``stop()``, or SIGTERM after ``install_signal_handlers()``): no further message is
 handed out, the one in flight finishes, processed offsets are committed, and the member
@@ -52,8 +62,29 @@ Partitions = frozenset[TopicPartition]
 PartitionsCallback = Callable[[Partitions], None]
 CommitCallback = Callable[[Mapping[TopicPartition, int], Mapping[TopicPartition, str]], None]
 
-# Errors after which the member starts over with epoch 0 (KIP-848 fencing).
-REJOIN_ERRORS = (errors.FencedMemberEpoch, errors.UnknownMemberId)
+# How the heartbeat thread handles each error, as Kafka's consumer does
+# (AbstractHeartbeatRequestManager.onErrorResponse and ConsumerHeartbeatRequestManager
+# .handleSpecificExceptionInResponse in org.apache.kafka.clients.consumer.internals):
+# NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS are retried
+# with backoff; FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID drop the assignment and rejoin with
+# epoch 0 (transitionToFenced); anything else (GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST,
+# GROUP_MAX_SIZE_REACHED, UNSUPPORTED_ASSIGNOR, FENCED_INSTANCE_ID, an unknown error) is fatal.
+# Also retried: REQUEST_TIMED_OUT, a RetriableException in Kafka's Errors.java (Kafka's own
+# coordinator turns it into COORDINATOR_NOT_AVAILABLE before answering), no answer at all
+# (Kafka's onFailure retries a RetriableException such as a disconnect), and, unlike Kafka,
+# UNRELEASED_INSTANCE_ID: the pod that replaces a dead pod waits for its predecessor's session
+# to expire instead of crash-looping through it.
+RETRY_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
+    errors.NotCoordinator,
+    errors.CoordinatorNotAvailable,  # client.CoordinatorUnreachable included
+    errors.CoordinatorLoadInProgress,
+    errors.RequestTimedOut,
+    errors.UnreleasedInstanceId,
+)
+REJOIN_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
+    errors.FencedMemberEpoch,
+    errors.UnknownMemberId,
+)
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 5.0
 
@@ -114,7 +145,8 @@ class GroupMember:
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._fatal: BaseException | None = None
-        self._last_heartbeat_ok = time.monotonic()
+        # Monotonic instant until which ownership is provably fresh (see the module doc).
+        self._fresh_until = 0.0
         # Consumer-thread state.
         self._assigned: Partitions = frozenset()
         self._consumer: Consumer | None = None
@@ -281,6 +313,11 @@ class GroupMember:
         # The ownership check that keeps a lost or revoked partition from being processed.
         if (message.topic(), message.partition()) not in self._owned:
             return None
+        # ... and the freshness check that keeps a member cut off from the coordinator (or
+        # frozen while the coordinator moved on) from processing it: after the poll returned.
+        if self._lose_if_stale(time.monotonic()):
+            self._reconcile()  # on_lost fires now, on this thread
+            return None
         return message
 
     def _mark_processed(self, message: Message) -> None:
@@ -423,50 +460,55 @@ class GroupMember:
 
     def _heartbeat_loop(self) -> None:
         backoff = BACKOFF_INITIAL_S
+        lost_after_s = self.config.lost_after_ms / 1000
         while not self._stopping.is_set():
             # Cleared before reading the state, so a change made while the request is in
             # flight wakes the next heartbeat at once.
             self._wake.clear()
+            self._lose_if_stale(time.monotonic())
             with self._lock:
-                epoch, owned = self._epoch, self._owned
+                epoch, owned, generation = self._epoch, self._owned, self._generation
+                holding = bool(self._owned or self._target)
+                fresh_until = self._fresh_until
             # The coordinator arms the session deadline when it handles the request, which
             # is after it was sent: counting from the send keeps "lost" ahead of expiry.
             sent_at = time.monotonic()
+            # While partitions are held, an answer after fresh_until is worthless: they are
+            # lost by then. So the heartbeat waits no longer, and is not retried past it.
+            deadline = fresh_until if holding else None
             try:
-                reply = self._client.heartbeat(self._heartbeat_body(epoch, owned))
+                reply = self._client.heartbeat(self._heartbeat_body(epoch, owned), deadline)
             except REJOIN_ERRORS as error:
                 logger.warning("fenced (%s): dropping partitions and rejoining", error.name)
-                self._lose_everything()
+                self._lose_everything(generation)
                 self._wake.wait(BACKOFF_INITIAL_S)
                 continue
-            except (errors.FencedInstanceId, errors.GroupAuthorizationFailed) as error:
-                self._fail(error)
-                return
-            except errors.CoordinatorError as error:
-                if not error.retriable:
-                    self._fail(error)
-                    return
-                lost_at = self._last_heartbeat_ok + self.config.lost_after_ms / 1000
-                if time.monotonic() >= lost_at and self._owned:
-                    logger.warning(
-                        "no heartbeat for %d ms: dropping partitions", self.config.lost_after_ms
-                    )
-                    self._lose_everything()
+            except RETRY_ERRORS as error:
                 delay = backoff * random.uniform(0.8, 1.2)
-                if self._owned:
-                    # Never sleep past the moment the partitions must be dropped.
-                    delay = max(0.01, min(delay, lost_at - time.monotonic()))
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                now = time.monotonic()
+                if not self._lose_if_stale(now) and holding:
+                    # Never sleep past the moment the partitions must be dropped, so that
+                    # on_lost fires then even when no message comes in.
+                    delay = max(0.01, min(delay, fresh_until - now))
                 logger.info("heartbeat failed (%s), retrying in %.1fs", error.name, delay)
                 self._wake.wait(delay)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
+            except errors.CoordinatorError as error:
+                self._fail(error)
+                return
             backoff = BACKOFF_INITIAL_S
-            self._apply_reply(reply, sent_at)
-            self._wake.wait(self._interval_s)
+            self._apply_reply(reply, sent_at, generation)
+            # Heartbeat well before the ownership goes stale, whatever the interval.
+            self._wake.wait(min(self._interval_s, lost_after_s / 2))
 
-    def _apply_reply(self, reply: Mapping[str, Any], sent_at: float) -> None:
+    def _apply_reply(self, reply: Mapping[str, Any], sent_at: float, generation: int) -> None:
         with self._lock:
-            self._last_heartbeat_ok = sent_at
+            if self._generation != generation:
+                # The partitions were lost while this heartbeat was in flight: its answer is
+                # about an epoch we gave up; the next heartbeat rejoins.
+                return
+            self._fresh_until = sent_at + self.config.lost_after_ms / 1000
             self._epoch = int(reply["memberEpoch"])
             self._interval_s = max(int(reply["heartbeatIntervalMs"]), 10) / 1000
             assignment = reply.get("assignment")
@@ -476,8 +518,25 @@ class GroupMember:
                     self._target = target
                     self._reconcile_needed.set()
 
-    def _lose_everything(self) -> None:
+    def _lose_if_stale(self, now: float) -> bool:
+        """Lose everything held if ownership is no longer provably fresh at ``now``."""
         with self._lock:
+            if now < self._fresh_until or not (self._owned or self._target):
+                return False
+            generation = self._generation
+        if not self._lose_everything(generation):
+            return False
+        logger.warning(
+            "no successful heartbeat for %d ms: dropped the partitions, rejoining",
+            self.config.lost_after_ms,
+        )
+        return True
+
+    def _lose_everything(self, generation: int) -> bool:
+        """Drop ownership and start over with epoch 0, unless already done since ``generation``."""
+        with self._lock:
+            if self._generation != generation:
+                return False  # another thread did it already
             lost = self._owned | (self._target or frozenset())
             self._owned = frozenset()
             self._lost |= lost
@@ -486,10 +545,12 @@ class GroupMember:
             self._committed.clear()
             self._epoch = messages.JOIN_EPOCH
             self._generation += 1
-            self._last_heartbeat_ok = time.monotonic()
+            self._fresh_until = 0.0
         self._reconcile_needed.set()
+        self._wake.set()  # rejoin at once
         if self._on_lost is None and lost:
             logger.warning("stopped processing %d lost partition(s)", len(lost))
+        return True
 
     def _fail(self, error: BaseException) -> None:
         logger.error("member cannot continue: %s", error)
