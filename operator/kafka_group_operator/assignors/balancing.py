@@ -11,15 +11,20 @@ is simply max - min <= 1.
 
 Two paths, chosen like Kafka's two builders:
 
-* Equal subscriptions (the common case, and the one that must be fast): quotas are plain
-  arithmetic. With P partitions and N members every member gets ``P // N`` and ``P % N``
-  of them one more. Members keep their claims up to their quota, claims at or above the
-  higher quota go first to the higher quota, and the free partitions (topics sorted,
-  partitions ascending) are dealt round-robin to the members still short, by slicing
-  rather than per-partition bookkeeping. Example: C0, C1, C2 on t0..t3 with two partitions
-  each, nothing owned: quotas 3, 3, 2, dealt as C0 ``[t0p0, t1p1, t3p0]``, C1
-  ``[t0p1, t2p0, t3p1]``, C2 ``[t1p0, t2p1]``. When C1 leaves, C0 and C2 keep theirs and
-  C1's three go two to C2 and one to C0.
+* Equal subscriptions (the common case, and the one that must be fast): Kafka's
+  ``ConstrainedAssignmentBuilder``, step for step. With P partitions and N members every
+  member gets ``P // N`` (the low quota) and ``P % N`` of them one more. In member order, a
+  member holding a high quota's worth keeps that many while high-quota slots remain;
+  anyone else keeps at most the low quota. A member that must give some up keeps its claims
+  in partition-then-topic order (t0p0, t1p0, t0p1, ...), so it keeps a share of each topic
+  and the topics stay balanced across members. The free partitions (topics sorted,
+  partitions ascending) are then dealt round-robin to the members below the low quota,
+  each leaving the round when it reaches it, and what is left goes one each to the members
+  at the low quota, first come first served. Rounds are dealt by slicing rather than
+  per-partition bookkeeping. Example: C0, C1, C2 on t0..t3 with two partitions each,
+  nothing owned: dealt as C0 ``[t0p0, t1p1, t3p0]``, C1 ``[t0p1, t2p0, t3p1]``, C2
+  ``[t1p0, t2p1]``. When C1 leaves, C0 and C2 keep theirs and C1's three go in order:
+  t0p1 to C0, which is then full, t2p0 and t3p1 to C2.
 * Unequal subscriptions: keep every claim, give each free partition to the least loaded
   subscriber (topics with the fewest subscribers first; an aligned one when it is as
   little loaded), then, most loaded member first, move partitions (newly given ones before
@@ -36,6 +41,7 @@ missing, revokes it, and the next round hands it over.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -134,6 +140,38 @@ def _free_partitions(owner: dict[str, list[int]], topics: list[str]) -> list[api
     return free
 
 
+# Kafka keeps a member's first claims in this order: partition number, then topic. With
+# several topics that spreads what a member keeps across them (t0p0, t1p0, t0p1, ...), so a
+# member that must give up half keeps half of each topic.
+_PARTITION_MAJOR = operator.itemgetter(1, 0)
+
+
+@dataclass(slots=True)
+class _Quotas:
+    """Who may still take partitions, as Kafka's ``ConstrainedAssignmentBuilder`` tracks it.
+
+    ``under`` are the members below the low quota, in member order. ``at_low`` are members at
+    exactly the low quota that may still take one more, first come first served, while
+    ``extra_left`` high-quota slots remain.
+    """
+
+    low: int
+    under: list[int]
+    at_low: list[int]
+    extra_left: int
+
+    def reached_low(self, index: int) -> None:
+        self.under.remove(index)
+        if self.extra_left > 0:
+            self.at_low.append(index)
+
+    def take_extra(self, index: int) -> None:
+        self.at_low.remove(index)
+        self.extra_left -= 1
+        if self.extra_left == 0:
+            self.at_low.clear()
+
+
 def _assign_equal(
     claims: common.Claims,
     topics: list[str],
@@ -141,6 +179,7 @@ def _assign_equal(
     racks: common.Racks | None,
     options: Options,
 ) -> list[list[api.TopicPartition]]:
+    """Kafka's ``ConstrainedAssignmentBuilder``: keep claims up to quota, deal the rest."""
     owner = claims.owner
     kept = claims.kept
     members = len(kept)
@@ -148,35 +187,34 @@ def _assign_equal(
     low_quota, extra = divmod(total, members)
     high_quota = low_quota + 1 if extra else low_quota
 
-    # Claims at or above the high quota take the extra slots first: that keeps the most.
-    quotas = [low_quota] * members
-    given_extra = 0
+    # assignOwnedPartitions: in member order, a member with a high quota's worth of claims
+    # keeps that many while high-quota slots remain; any other keeps at most the low quota
+    # and, while slots remain, may take one more later.
+    quotas = _Quotas(low_quota, [], [], extra)
     for index, mine in enumerate(kept):
         held = len(mine)
-        if held >= high_quota and given_extra < extra:
-            quotas[index] = high_quota
-            given_extra += 1
+        if held < low_quota:
+            quotas.under.append(index)
+            continue
+        if held >= high_quota and quotas.extra_left > 0:
+            quotas.extra_left -= 1
+            if quotas.extra_left == 0:
+                quotas.at_low.clear()
             quota = high_quota
         else:
             quota = low_quota
+            if quotas.extra_left > 0:
+                quotas.at_low.append(index)
         if held > quota:
+            mine.sort(key=_PARTITION_MAJOR)
             for topic, partition in mine[quota:]:
                 owner[topic][partition] = common.FREE
             del mine[quota:]
-    if given_extra < extra:
-        for index in range(members):
-            if quotas[index] == low_quota:
-                quotas[index] = high_quota
-                given_extra += 1
-                if given_extra == extra:
-                    break
 
-    need = [quotas[index] - len(kept[index]) for index in range(members)]
     fresh: list[list[api.TopicPartition]] = [[] for _ in range(members)]
     if racks is not None:
-        _deal_aligned(claims, topics, racks, need, fresh, low_quota)
-    free = _free_partitions(owner, topics)
-    _deal(free, need, fresh)
+        _deal_aligned(claims, topics, racks, quotas, fresh)
+    _deal(_free_partitions(owner, topics), kept, fresh, quotas)
 
     if options.cooperative and claims.any_claim:
         fresh = [common.hold_back(claims, index, mine) for index, mine in enumerate(fresh)]
@@ -187,17 +225,18 @@ def _deal_aligned(
     claims: common.Claims,
     topics: list[str],
     racks: common.Racks,
-    need: list[int],
+    quotas: _Quotas,
     fresh: list[list[api.TopicPartition]],
-    low_quota: int,
 ) -> None:
     """Give free partitions to members on a replica's rack, up to the low quota each."""
     owner = claims.owner
+    kept = claims.kept
     waiting: dict[str, deque[int]] = defaultdict(deque)
-    room = [0] * len(need)
-    for index, rack in enumerate(racks.member_racks):
-        room[index] = min(need[index], max(0, low_quota - len(claims.kept[index])))
-        if rack is not None and room[index] > 0:
+    room = [0] * len(kept)
+    for index in quotas.under:
+        room[index] = quotas.low - len(kept[index])
+        rack = racks.member_racks[index]
+        if rack is not None:
             waiting[rack].append(index)
     for topic in topics if waiting else ():
         slots = owner[topic]
@@ -211,18 +250,19 @@ def _deal_aligned(
                 index = queue.popleft()
                 fresh[index].append((topic, partition))
                 slots[partition] = index
-                need[index] -= 1
                 room[index] -= 1
                 if room[index] > 0:
                     queue.append(index)
+                else:
+                    quotas.reached_low(index)
                 break
-    _return_unplaced(claims, topics, need, fresh)
+    _return_unplaced(claims, topics, quotas, fresh)
 
 
 def _return_unplaced(
     claims: common.Claims,
     topics: list[str],
-    need: list[int],
+    quotas: _Quotas,
     fresh: list[list[api.TopicPartition]],
 ) -> None:
     """A freed, misaligned claim that no aligned member took returns to its holder."""
@@ -234,36 +274,45 @@ def _return_unplaced(
         if previous is None:
             continue
         for partition, holder in enumerate(slots):
-            if holder < 0 <= previous[partition] and need[previous[partition]] > 0:
-                index = previous[partition]
-                fresh[index].append((topic, partition))
-                slots[partition] = index
-                need[index] -= 1
+            index = previous[partition]
+            if holder >= 0 or index < 0:
+                continue
+            if index in quotas.under:
+                if len(claims.kept[index]) + len(fresh[index]) + 1 == quotas.low:
+                    quotas.reached_low(index)
+            elif index in quotas.at_low:
+                quotas.take_extra(index)
+            else:
+                continue
+            fresh[index].append((topic, partition))
+            slots[partition] = index
 
 
 def _deal(
-    free: list[api.TopicPartition], need: list[int], fresh: list[list[api.TopicPartition]]
+    free: list[api.TopicPartition],
+    kept: list[list[api.TopicPartition]],
+    fresh: list[list[api.TopicPartition]],
+    quotas: _Quotas,
 ) -> None:
-    """Deal ``free`` round-robin to members by need; each full round is one strided slice."""
-    receivers = [index for index in range(len(need)) if need[index] > 0]
-    # Stable: equal needs stay in member order.
-    receivers.sort(key=need.__getitem__, reverse=True)
-    active = len(receivers)
-    start = 0
-    dealt = 0
-    while active:
-        level = need[receivers[active - 1]]
-        rounds = level - dealt
-        if rounds > 0:
-            end = start + rounds * active
-            for offset in range(active):
-                fresh[receivers[offset]].extend(free[start + offset : end : active])
-            start = end
-            dealt = level
-        while active and need[receivers[active - 1]] <= dealt:
-            active -= 1
-    for index in receivers:
-        need[index] = 0
+    """Kafka's ``assignRoundRobin``: ``free`` in order, round-robin over the members below
+    the low quota (each leaving the round once it reaches it and queueing for one more),
+    then one each to the members queued at the low quota. A full round is one strided slice.
+    """
+    need = {index: quotas.low - len(kept[index]) - len(fresh[index]) for index in quotas.under}
+    active = quotas.under
+    start = dealt = 0
+    for level in sorted(set(need.values())):
+        width = len(active)
+        end = start + (level - dealt) * width
+        for offset, index in enumerate(active):
+            fresh[index].extend(free[start + offset : end : width])
+        start, dealt = end, level
+        remaining: list[int] = []
+        for index in active:
+            (remaining if need[index] > level else quotas.at_low).append(index)
+        active = remaining
+    for index, partition in zip(quotas.at_low, free[start:], strict=False):
+        fresh[index].append(partition)
 
 
 def _assign_unequal(
