@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-from kafka_group_operator.coordinator import errors
-from kafka_group_operator.member import client
 
 
 def register(subparsers: Any) -> None:
@@ -78,13 +74,11 @@ def render(description: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    coordinator = client.CoordinatorClient(args.coordinator, args.group, args.token)
-    try:
+    # The same connection handling as `kgo groups`: a bad URL or a coordinator that does not
+    # answer is one line; the coordinator's own errors (unknown group, bad token) too.
+    from kafka_group_operator.commands import groups
+
+    with groups.coordinator(args) as coordinator:
         description = coordinator.describe()
-    except errors.CoordinatorError as error:
-        print(f"kgo describe: {error.name}: {error.message}", file=sys.stderr)
-        return 1
-    finally:
-        coordinator.close()
     print(json.dumps(description, indent=2) if args.json else render(description))
     return 0

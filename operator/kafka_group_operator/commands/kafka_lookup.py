@@ -20,6 +20,12 @@ TopicPartition = tuple[str, int]
 TIMEOUT_S = 10.0
 
 
+def _text(error: object) -> str:
+    """A librdkafka error's own words ("Local: Broker transport failure"), not its repr."""
+    words = getattr(error, "str", None)
+    return str(words()) if callable(words) else str(error)
+
+
 class _HeldBack(logging.Handler):
     """Counts librdkafka's log lines and keeps the last one, printing none."""
 
@@ -50,14 +56,14 @@ class KafkaLookup:
             "group.id": "kgo-cli",
             "enable.auto.commit": False,
             "logger": self._logger,
-            "error_cb": lambda error: self._errors.append(str(error)),
+            "error_cb": lambda error: self._errors.append(_text(error)),
             "socket.connection.setup.timeout.ms": int(TIMEOUT_S * 1000),
         }
         config.update(extra or {})
         self._consumer = Consumer(config)
 
     def _failure(self, what: str, error: Exception) -> common.CommandError:
-        last = self._errors[-1] if self._errors else str(error)
+        last = self._errors[-1] if self._errors else _text(error.args[0] if error.args else error)
         held = self._held_back.count + max(len(self._errors) - 1, 0)
         suffix = f" ({held} more client messages held back)" if held else ""
         return common.CommandError(f"cannot {what} from Kafka at {self.bootstrap}: {last}{suffix}")
@@ -66,15 +72,17 @@ class KafkaLookup:
         """Partition numbers of each topic; a topic that does not exist is an error."""
         from confluent_kafka import KafkaException
 
+        try:
+            # Metadata of every topic: asking for one by name makes some brokers create it.
+            described = self._consumer.list_topics(timeout=TIMEOUT_S).topics
+        except KafkaException as error:
+            raise self._failure("read metadata", error) from None
         found: dict[str, list[int]] = {}
         for topic in topics:
-            try:
-                described = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
-            except KafkaException as error:
-                raise self._failure("read metadata", error) from None
-            if described is None or described.error is not None or not described.partitions:
+            metadata = described.get(topic)
+            if metadata is None or metadata.error is not None or not metadata.partitions:
                 raise common.CommandError(f"topic {topic!r} does not exist")
-            found[topic] = sorted(described.partitions)
+            found[topic] = sorted(metadata.partitions)
         return found
 
     def bounds(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:

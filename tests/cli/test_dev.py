@@ -1,0 +1,108 @@
+"""``kgo dev up|env|down``: what starts, what it prints, and that both directions are idempotent."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kafka_group_operator.commands import dev
+from kafka_group_operator.member import client
+from tests.cli.conftest import kgo, parse_exports
+
+pytestmark = pytest.mark.broker
+
+MEMBER_ENVIRONMENT = {
+    "KAFKA_BOOTSTRAP_SERVERS",
+    "KGO_COORDINATOR_URL",
+    "KGO_GROUP_ID",
+    "KGO_GROUP_TOKEN",
+    "KGO_TOPICS",
+    "KGO_AUTO_OFFSET_RESET",
+}
+
+
+def test_up_env_down_up_again_and_down_again(tmp_path: Path) -> None:
+    env = {"KGO_DEV_DIR": str(tmp_path)}
+    up = kgo("dev", "up", env=env)
+    assert up.code == 0, up.stderr
+    exports = parse_exports(up.stdout)
+    try:
+        assert set(exports) == MEMBER_ENVIRONMENT
+        assert exports["KGO_GROUP_ID"] == "shop.orders"
+        assert exports["KGO_TOPICS"] == "orders"
+        # What it started, on stderr, so that `eval "$(kgo dev up)"` sees only the exports.
+        assert up.stderr.splitlines()[0].startswith(
+            f"kgo dev: broker on {exports['KAFKA_BOOTSTRAP_SERVERS']}, coordinator on "
+            f"{exports['KGO_COORDINATOR_URL']}"
+        )
+        # The token is the group's: the coordinator answers with it, and refuses without it.
+        with_token = client.CoordinatorClient(
+            exports["KGO_COORDINATOR_URL"], "shop.orders", exports["KGO_GROUP_TOKEN"]
+        )
+        assert with_token.describe()["groupId"] == "shop.orders"
+        with_token.close()
+        assert json.loads((tmp_path / "tokens.json").read_text()) == {
+            "shop.orders": exports["KGO_GROUP_TOKEN"]
+        }
+
+        again = kgo("dev", "up", env=env)
+        assert again.code == 0
+        assert parse_exports(again.stdout) == exports
+        assert again.stderr.startswith("kgo dev: already up: broker ")
+        assert len(again.stderr.splitlines()) == 1
+
+        printed = kgo("dev", "env", env=env)
+        assert (printed.code, parse_exports(printed.stdout)) == (0, exports)
+        state = json.loads((tmp_path / "dev.json").read_text())
+    finally:
+        down = kgo("dev", "down", env=env)
+    assert down.code == 0
+    assert down.stderr == (
+        f"kgo dev: stopped the coordinator (pid {state['coordinator']['pid']}) and the broker "
+        f"(pid {state['broker']['pid']})\n"
+    )
+    for part, marker in dev.PARTS.items():
+        assert not dev.running(state[part]["pid"], marker), part
+    assert not (tmp_path / "dev.json").exists()
+
+    down_again = kgo("dev", "down", env=env)
+    assert (down_again.code, down_again.stderr) == (
+        0,
+        f"kgo dev: nothing to stop (no {tmp_path / 'dev.json'})\n",
+    )
+    not_up = kgo("dev", "env", env=env)
+    assert (not_up.code, not_up.stdout, not_up.stderr) == (
+        1,
+        "",
+        "kgo dev env: not up: run 'kgo dev up'\n",
+    )
+
+
+def test_a_half_down_setup_is_stopped_and_started_again(tmp_path: Path) -> None:
+    env = {"KGO_DEV_DIR": str(tmp_path)}
+    first = kgo("dev", "up", env=env)
+    assert first.code == 0, first.stderr
+    state = json.loads((tmp_path / "dev.json").read_text())
+    try:
+        dev.stop(state["coordinator"]["pid"], dev.PARTS["coordinator"])
+        second = kgo("dev", "up", env=env)
+        assert second.code == 0, second.stderr
+        assert second.stderr.splitlines()[0] == (
+            "kgo dev: the last setup is half down (coordinator exited); starting again"
+        )
+        assert not dev.running(state["broker"]["pid"], dev.PARTS["broker"])
+        assert (
+            parse_exports(second.stdout)["KGO_GROUP_TOKEN"]
+            != (parse_exports(first.stdout)["KGO_GROUP_TOKEN"])
+        )
+    finally:
+        assert kgo("dev", "down", env=env).code == 0
+
+
+def test_running_refuses_a_pid_that_is_not_the_process_started(tmp_path: Path) -> None:
+    # This test process is alive but is not a broker: its pid must never be signalled.
+    assert not dev.running(os.getpid(), "tansu")
+    assert dev.running(os.getpid(), "python")

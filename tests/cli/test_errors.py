@@ -1,0 +1,245 @@
+"""Every wrong invocation of ``kgo`` ends in one line on stderr and an exit code: 2 for a
+usage error, 1 for a failure at run time; never a traceback, never a flood of client logs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import DevSetup, kgo
+
+USAGE, RUNTIME = 2, 1
+BAD_CSV = "orders,0,12\norders,one,13\n"
+
+# (argv, exit code, the whole stderr line as a regular expression); "{tmp}" is a directory of
+# this test's own holding bad.csv and bad-groups.json.
+WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
+    ([], USAGE, r"kgo: the following arguments are required: COMMAND \(see 'kgo --help'\)"),
+    (["nosuch"], USAGE, r"kgo: argument COMMAND: invalid choice: 'nosuch' \(choose from .*"),
+    (["--nosuch"], USAGE, r"kgo: the following arguments are required: COMMAND .*"),
+    (
+        ["describe"],
+        USAGE,
+        r"kgo describe: the following arguments are required: group "
+        r"\(see 'kgo describe --help'\)",
+    ),
+    (
+        ["describe", "g", "--coordinator", "ftp://x"],
+        USAGE,
+        r"kgo describe: --coordinator: not an http\(s\) URL: 'ftp://x'",
+    ),
+    (
+        ["describe", "g", "--coordinator", "http://127.0.0.1:1"],
+        RUNTIME,
+        r"kgo describe: cannot reach the coordinator at http://127.0.0.1:1: .*refused",
+    ),
+    (["groups"], USAGE, r"kgo groups: the following arguments are required: ACTION .*"),
+    (["groups", "drop", "g"], USAGE, r"kgo groups: argument ACTION: invalid choice: 'drop' .*"),
+    (
+        ["groups", "list", "--coordinator", "http://127.0.0.1:1"],
+        RUNTIME,
+        r"kgo groups list: cannot reach the coordinator at http://127.0.0.1:1: .*refused",
+    ),
+    (
+        ["groups", "describe", "g", "--members", "--state"],
+        USAGE,
+        r"kgo groups describe: argument --state: not allowed with argument --members .*",
+    ),
+    (
+        ["groups", "describe", "g", "-o", "xml"],
+        USAGE,
+        r"kgo groups describe: argument -o/--output: invalid choice: 'xml' .*",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--topic", "orders"],
+        USAGE,
+        r"kgo groups reset-offsets: one of the arguments --to-earliest --to-latest --to-offset "
+        r"--to-datetime --by-duration --shift-by --from-file is required .*",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest"],
+        USAGE,
+        r"kgo groups reset-offsets: name the partitions: --topic T\[:P,...\] or --all-topics",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--to-latest", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: argument --to-latest: not allowed with argument "
+        r"--to-earliest .*",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--topic", "t", "--dry-run", "--execute"],
+        USAGE,
+        r"kgo groups reset-offsets: argument --execute: not allowed with argument --dry-run .*",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--topic", "orders:x"],
+        USAGE,
+        r"kgo groups reset-offsets: --topic: expected TOPIC:P\[,P...\] with partition numbers, "
+        r"got 'orders:x'",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--by-duration", "1h", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: not an ISO-8601 duration \(PnDTnHnMnS\): '1h'",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-datetime", "yesterday", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: not an ISO-8601 time \(e.g. 2026-11-21T12:00:00Z\): "
+        r"'yesterday'",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-offset", "-5", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: --to-offset must not be negative",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-offset", "five", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: argument --to-offset: invalid int value: 'five' .*",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--from-file", "{tmp}/missing.csv"],
+        USAGE,
+        r"kgo groups reset-offsets: cannot read {tmp}/missing.csv: No such file or directory",
+    ),
+    (
+        ["groups", "import", "g", "--file", "{tmp}/bad.csv"],
+        USAGE,
+        r"kgo groups import: {tmp}/bad.csv: line 2: partition and offset must be numbers: "
+        r"'orders,one,13'",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--topic", "t", "--bootstrap", ""],
+        USAGE,
+        r"kgo groups reset-offsets: --bootstrap is required \(or set KAFKA_BOOTSTRAP_SERVERS\)",
+    ),
+    (
+        ["groups", "wait", "g", "--members", "-1"],
+        USAGE,
+        r"kgo groups wait: --members must be >= 0 and --timeout > 0",
+    ),
+    (
+        ["coordinator", "--bootstrap", "127.0.0.1:1", "--tokens", "{tmp}/tokens.json"],
+        USAGE,
+        r"kgo coordinator: cannot read the tokens file {tmp}/tokens.json: \[Errno 2\] "
+        r"No such file or directory: '{tmp}/tokens.json'",
+    ),
+    (
+        ["coordinator", "--bootstrap", "127.0.0.1:1", "--groups", "{tmp}/bad-groups.json"],
+        USAGE,
+        r"kgo coordinator: {tmp}/bad-groups.json must hold a JSON object \{group: settings\}",
+    ),
+    (
+        ["coordinator", "--bootstrap", "127.0.0.1:1", "--log-level", "loud"],
+        USAGE,
+        r"kgo coordinator: argument --log-level: invalid choice: 'LOUD' .*",
+    ),
+    (
+        ["coordinator", "--bootstrap", "127.0.0.1:1", "--port", "70000"],
+        USAGE,
+        r"kgo coordinator: --port must be between 1 and 65535, not 70000",
+    ),
+    (["dev"], USAGE, r"kgo dev: the following arguments are required: ACTION .*"),
+    (
+        ["dev", "up", "--partitions", "0"],
+        USAGE,
+        r"kgo dev up: --partitions must be >= 1 and --messages >= 0",
+    ),
+]
+
+
+def assert_one_line(argv: list[str], code: int, pattern: str, env: dict[str, str]) -> None:
+    run = kgo(*argv, env=env)
+    assert "Traceback" not in run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert re.fullmatch(pattern, run.stderr.rstrip("\n")), run.stderr
+    assert (run.code, run.stdout) == (code, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "pattern"),
+    [pytest.param(*case, id=" ".join(case[0]) or "(none)") for case in WITHOUT_SERVICES],
+)
+def test_wrong_invocation(argv: list[str], code: int, pattern: str, tmp_path: Path) -> None:
+    (tmp_path / "bad.csv").write_text(BAD_CSV)
+    (tmp_path / "bad-groups.json").write_text("[1, 2]")
+    tmp = str(tmp_path)
+    env = {"KGO_DEV_DIR": tmp, "KAFKA_BOOTSTRAP_SERVERS": "", "KGO_COORDINATOR_URL": ""}
+    assert_one_line(
+        [arg.replace("{tmp}", tmp) for arg in argv],
+        code,
+        pattern.replace("{tmp}", re.escape(tmp)),
+        env,
+    )
+
+
+# Against a running `kgo dev up`: its environment, with the changes given.
+WITH_SERVICES: list[tuple[list[str], int, str]] = [
+    (
+        ["groups", "describe", "other.group"],
+        RUNTIME,
+        r"kgo groups describe: GROUP_AUTHORIZATION_FAILED: the token is not valid for group "
+        r"'other.group'",
+    ),
+    (
+        ["groups", "describe", "shop.orders", "--token", "wrong"],
+        RUNTIME,
+        r"kgo groups describe: GROUP_AUTHORIZATION_FAILED: the token is not valid for group "
+        r"'shop.orders'",
+    ),
+    (
+        ["groups", "export", "shop.orders", "--file", "-"],
+        RUNTIME,
+        r"kgo groups export: group 'shop.orders' has no committed offsets",
+    ),
+    (
+        ["groups", "reset-offsets", "shop.orders", "--to-earliest", "--topic", "nosuch"],
+        RUNTIME,
+        r"kgo groups reset-offsets: topic 'nosuch' does not exist",
+    ),
+    (
+        ["groups", "reset-offsets", "shop.orders", "--to-earliest", "--topic", "orders:2,99"],
+        RUNTIME,
+        r"kgo groups reset-offsets: topic 'orders' has no partition 99",
+    ),
+    (
+        ["groups", "reset-offsets", "shop.orders", "--shift-by", "5", "--topic", "orders"],
+        RUNTIME,
+        r"kgo groups reset-offsets: nothing to reset: no partition in scope has an offset to move",
+    ),
+    (
+        ["groups", "wait", "shop.orders", "--members", "2", "--timeout", "1"],
+        RUNTIME,
+        r"kgo groups wait: group shop.orders did not settle with 2 member\(s\) within 1s "
+        r"\(last: 0 member\(s\), state Empty\)",
+    ),
+]
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize(
+    ("argv", "code", "pattern"),
+    [pytest.param(*case, id=" ".join(case[0])) for case in WITH_SERVICES],
+)
+def test_wrong_invocation_against_a_running_group(
+    argv: list[str], code: int, pattern: str, dev: DevSetup
+) -> None:
+    assert_one_line(argv, code, pattern, dev.env)
+
+
+@pytest.mark.broker
+def test_an_unreachable_bootstrap_is_one_line_not_a_flood_of_client_logs(dev: DevSetup) -> None:
+    run = dev.kgo(
+        "groups", "reset-offsets", "shop.orders", "--to-earliest", "--topic", "orders",
+        "--bootstrap", "127.0.0.1:1",
+    )  # fmt: skip
+    assert run.code == RUNTIME
+    assert run.stdout == ""
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith(
+        "kgo groups reset-offsets: cannot read metadata from Kafka at 127.0.0.1:1: "
+    )
