@@ -211,3 +211,30 @@ async def test_a_snapshot_of_a_missing_group_is_pending_until_the_group_exists(
         c for c in status_of(kmock, SNAPSHOTS, "early")["conditions"] if c["type"] == "Ready"
     ]
     assert ready["reason"] == "Running"
+
+
+@pytest.mark.kmock(cls=kube.ApiServer)
+async def test_a_reset_of_unknown_partitions_or_unsubscribed_topics_is_refused(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, data_topic: str, broker: Any
+) -> None:
+    reset = {
+        "to": "earliest",
+        "dryRun": False,
+        "topics": [{"name": data_topic, "partitions": [0, 5]}, {"name": "elsewhere"}],
+    }
+    await create_group(kmock, data_topic, broker.bootstrap, offsetReset=reset)
+    last = await operator.wait_for(
+        lambda: (
+            (found := status_of(kmock, CG, "payments").get("lastReset"))
+            and found.get("stage") == "Done"
+            and found
+        ),
+        60,
+    )
+    assert (last["phase"], last["reason"]) == ("Failed", "InvalidResetScope")
+    assert f"topic {data_topic!r} has 2 partitions, not 5" in last["message"]
+    assert "the group does not subscribe to topic 'elsewhere'" in last["message"]
+    (condition,) = [
+        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
+    ]
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidResetScope")

@@ -135,3 +135,27 @@ def test_invalid_snapshot_schedules(schedule: Any) -> None:
         consumer_group.parse_snapshot_schedule(schedule)
     assert caught.value.reason == "InvalidSchedule"
     assert repr(schedule) in caught.value.message
+
+
+def test_a_reset_scope_within_the_subscription_is_accepted() -> None:
+    reset = {"to": "earliest", "topics": [{"name": "orders", "partitions": [0, 3]}]}
+    consumer_group.check_reset_scope(reset, ["orders", "refunds"], {"orders": 4})
+    consumer_group.check_reset_scope({"to": "earliest"}, ["orders"], {})  # every topic
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ([{"name": "refunds"}], "the group does not subscribe to topic 'refunds'"),
+        ([{"name": "orders", "partitions": [1, 4, 9]}], "has 4 partitions, not 4, 9"),
+        ([{"name": "gone"}], "topic 'gone' does not exist"),
+    ],
+)
+def test_a_reset_scope_beyond_the_group_is_refused(
+    scope: list[dict[str, Any]], message: str
+) -> None:
+    with pytest.raises(errors.InvalidResetScope, match=message) as caught:
+        consumer_group.check_reset_scope(
+            {"to": "earliest", "topics": scope}, ["orders", "gone"], {"orders": 4}
+        )
+    assert caught.value.reason == "InvalidResetScope"

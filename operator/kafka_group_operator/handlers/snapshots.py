@@ -37,7 +37,7 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.handlers import consumer_groups, lifecycle
+from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.kube import spark as kube_spark
@@ -454,6 +454,33 @@ async def drive_offset_reset(
         "dryRun": dry_run,
     }
 
+    if stage is None:
+        try:
+            # Checked before anything pauses: a reset of what the group cannot have offsets
+            # for is refused whole, never narrowed to what exists.
+            specs.check_reset_scope(
+                offset_reset,
+                group.topics,
+                await kafka_probe.partition_counts(
+                    group.kafka.bootstrap_servers,
+                    state.config.kafka_config,
+                    state.config.kafka_probe_timeout_seconds,
+                ),
+            )
+        except spec_errors.KafkaUnreachable:
+            return  # the next tick tries again; the group's Ready condition says why
+        except spec_errors.InvalidResetScope as error:
+            patch.status["conditions"] = _reset_condition(
+                current_status, False, error.reason, error.message, generation
+            )
+            patch.status["lastReset"] = {
+                **progress,
+                "stage": "Done",
+                "phase": "Failed",
+                "reason": error.reason,
+                "message": error.message,
+            }
+            return
     try:
         if stage is None:
             if not dry_run:

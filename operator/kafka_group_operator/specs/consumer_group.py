@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +143,36 @@ def parse_consumer_group(
         snapshots=snapshots if isinstance(snapshots, Mapping) else None,
         labels=dict(labels or {}),
     )
+
+
+def check_reset_scope(
+    offset_reset: Mapping[str, Any], subscribed: Sequence[str], partitions: Mapping[str, int]
+) -> None:
+    """Refuse an ``offsetReset`` scoped to what the group cannot have offsets for.
+
+    ``partitions`` is each topic's partition count on the cluster. Every topic named in
+    ``offsetReset.topics`` must be subscribed to, and every listed partition must exist;
+    otherwise ``InvalidResetScope`` names each offender.
+    """
+    problems: list[str] = []
+    for item in offset_reset.get("topics") or ():
+        topic = item.get("name") if isinstance(item, Mapping) else None
+        if topic not in subscribed:
+            problems.append(f"the group does not subscribe to topic {topic!r}")
+            continue
+        count = partitions.get(str(topic))
+        if count is None:
+            problems.append(f"topic {topic!r} does not exist")
+            continue
+        unknown = [p for p in item.get("partitions") or () if not 0 <= p < count]
+        if unknown:
+            problems.append(
+                f"topic {topic!r} has {count} partitions, not {', '.join(map(str, unknown))}"
+            )
+    if problems:
+        raise errors.InvalidResetScope(
+            "offsetReset.topics cannot be reset as written: " + "; ".join(problems)
+        )
 
 
 # A fixed start keeps the check pure; a schedule that never fires (Feb 30) fails from any.

@@ -31,6 +31,13 @@ class InvalidSchedule(InvalidSpec):
     reason = "InvalidSchedule"
 
 
+class InvalidResetScope(InvalidSpec):
+    """``spec.offsetReset.topics`` names a topic the group does not subscribe to, or a
+    partition its topic does not have: the reset is refused rather than narrowed silently."""
+
+    reason = "InvalidResetScope"
+
+
 class InvalidTemplate(InvalidSpec):
     """The API server refused a child built from the spec (HTTP 400/422), such as an invalid
     pod template: only an edit of the resource can help."""
