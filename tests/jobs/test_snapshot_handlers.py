@@ -9,6 +9,8 @@ online restore of the snapshot, is ``test_online_reset``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from kmock._internal import k8s
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import snapshots
 from tests.schemas import spark_operator
 from tests.support import kube, topics
 
@@ -238,3 +241,45 @@ async def test_a_reset_of_unknown_partitions_or_unsubscribed_topics_is_refused(
         c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
     ]
     assert (condition["status"], condition["reason"]) == ("False", "InvalidResetScope")
+
+
+# The shape of a local run's stderr: Spark's log4j lines, the job's own error line, then what
+# the JVM logs while it shuts down, stack frames included.
+SPARK_STDERR = """\
+26/11/23 10:31:41 WARN Utils: Your hostname, vm, resolves to a loopback address: 127.0.0.1
+kafka_group_jobs.snapshot: error: [PATH_NOT_FOUND] Path does not exist: file:/backups/x.
+26/11/23 10:32:07 ERROR Utils: Uncaught exception in thread shutdown-hook-0
+java.lang.IllegalStateException: Shutdown hooks cannot be modified during shutdown.
+\tat org.apache.spark.util.SparkShutdownHookManager.add(ShutdownHookManager.scala:195)
+\tat org.apache.spark.SparkException$.internalError(SparkException.scala:92)
+"""
+
+
+def test_a_failed_job_reports_its_error_not_a_stack_frame() -> None:
+    outcome = snapshots.outcome_of(1, "", SPARK_STDERR)
+    assert not outcome.succeeded
+    assert outcome.reason == "[PATH_NOT_FOUND] Path does not exist: file:/backups/x."
+
+
+def test_without_an_error_line_the_java_exception_line_is_the_reason() -> None:
+    stderr = SPARK_STDERR.replace("kafka_group_jobs.snapshot: error:", "26/11/23 INFO")
+    reason = snapshots.outcome_of(1, "", stderr).reason
+    assert reason == (
+        "java.lang.IllegalStateException: Shutdown hooks cannot be modified during shutdown."
+    )
+
+
+def test_an_uncaught_python_exception_reports_its_line() -> None:
+    script = (
+        "import sys\n"
+        "try:\n    {}['offsets']\n"
+        "except KeyError as error:\n"
+        "    raise RuntimeError('the manifest has no offsets') from error\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    # Spark keeps logging after the driver's traceback.
+    stderr = run.stderr + "26/11/23 10:32:07 WARN SparkEnv: Exception while stopping\n"
+    reason = snapshots.outcome_of(run.returncode, run.stdout, stderr).reason
+    assert reason == "RuntimeError: the manifest has no offsets"

@@ -27,6 +27,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,15 +79,42 @@ class JobOutcome:
     reason: str = ""
 
 
+# What kafka_group_jobs.arguments.run prints for every failure it expects.
+_JOB_ERROR = re.compile(r"^kafka_group_jobs\.\w+: error: (?P<message>.+)$")
+# A Python or Java exception line ("pkg.SomeError: message", "Caused by: java.io.X: ..."),
+# never a stack frame ("\tat org.apache...Exception..." is indented, log lines start with a date).
+_EXCEPTION_LINE = re.compile(
+    r"^(?:Caused by: )?(?:[A-Za-z_][\w$]*\.)*[A-Za-z_][\w$]*(?:Error|Exception|Exit)\w*(?::\s.*)?$"
+)
+
+
 def outcome_of(returncode: int, stdout: str, stderr: str) -> JobOutcome:
-    """A job's result line, or the clearest reason it failed (its last error line)."""
+    """A job's result line, or the clearest reason it failed (see ``failure_reason``)."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX) and returncode == 0:
             return JobOutcome(True, json.loads(line.removeprefix(RESULT_PREFIX)))
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "Exception" in line]
-    reason = (errors or lines or [f"exit status {returncode}"])[-1]
-    return JobOutcome(False, reason=reason[:500])
+    return JobOutcome(False, reason=failure_reason(returncode, stderr)[:500])
+
+
+def failure_reason(returncode: int, stderr: str) -> str:
+    """The exception's message, not whatever the JVM logged last.
+
+    In order: the job's own ``error:`` line; else the exception line that ends the last
+    Python traceback; else the last Python or Java exception line; else the last line.
+    """
+    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if match := _JOB_ERROR.match(line):
+            return match["message"]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts:
+        for line in lines[starts[-1] + 1 :]:
+            if not line[0].isspace():
+                return line
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line):
+            return line
+    return lines[-1].strip() if lines else f"exit status {returncode}"
 
 
 async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
