@@ -203,6 +203,8 @@ _SCHEMAS: dict[str, Schema] = {
             "assignment",
             "targetAssignment",
             "partitionsPendingRevocation",
+            "clientId",
+            "clientHost",
         ],
         "properties": {
             "memberId": {"type": "string"},
@@ -214,6 +216,11 @@ _SCHEMAS: dict[str, Schema] = {
             "assignment": _ref("Partitions"),
             "targetAssignment": _ref("Partitions"),
             "partitionsPendingRevocation": _ref("Partitions"),
+            "clientId": {"type": "string", "description": "The clientId the member sent."},
+            "clientHost": {
+                "type": "string",
+                "description": "The address the member's last heartbeat came from.",
+            },
         },
     },
     "GroupListing": {

@@ -260,6 +260,8 @@ def encode_description(
                 "partitionsPendingRevocation": encode_partitions(
                     member.partitions_pending_revocation
                 ),
+                "clientId": member.client_id,
+                "clientHost": member.client_host,
             }
             for member in description.members
         ],

@@ -113,6 +113,9 @@ class MemberDescription:
     assignment: Assignment
     target_assignment: Assignment
     partitions_pending_revocation: Assignment
+    # As Kafka's DescribeGroups: the client id it sent and the address it connected from.
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)

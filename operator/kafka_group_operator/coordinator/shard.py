@@ -220,6 +220,8 @@ class CoordinatorShard:
                     assignment=existing.by_name(member.assigned),
                     target_assignment=existing.by_name(existing.target.get(member.member_id, {})),
                     partitions_pending_revocation=existing.by_name(member.pending_revocation),
+                    client_id=member.client_id,
+                    client_host=member.client_host,
                 )
                 for member in members
             ),
