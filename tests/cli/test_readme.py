@@ -75,4 +75,5 @@ def test_the_readme_by_hand_steps(tmp_path: Path) -> None:
     assert [row[4] for row in rows] == ["167", "167", "167", "167", "166", "166"]
     owners = [row[7] for row in rows]
     assert sorted(owners) == ["orders-0"] * 3 + ["orders-1"] * 3
+    assert {row[8] for row in rows} == {"127.0.0.1"}
     assert done.stderr.splitlines()[-1].startswith("kgo dev: stopped the coordinator (pid ")
