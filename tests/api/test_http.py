@@ -6,6 +6,7 @@ for it, so the document and the server cannot drift apart.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import uuid
@@ -18,10 +19,14 @@ import pytest_asyncio
 from aiohttp import test_utils
 from confluent_kafka import admin as kafka_admin
 from confluent_kafka import cimpl
+from yarl import URL
 
 from kafka_group_operator.api import app, openapi, tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.runtime import topic as state_topic
+from tests.runtime import logs
+from tests.support import groups
 
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="module")]
 
@@ -277,3 +282,87 @@ async def test_503_while_the_state_loads() -> None:
         finally:
             await client.close()
             await runtime.stop()
+
+
+# Raw bodies (a JSON "\ud800" escape is valid JSON) and queries that used to reach the
+# coordinator or raise inside the API: each must be a plain 400 INVALID_REQUEST.
+HOSTILE: list[tuple[str, str, bytes]] = [
+    ("POST", "/heartbeat", b'{"memberId": "m\\ud800", "memberEpoch": 0}'),
+    ("POST", "/heartbeat", b'{"memberId": "m", "memberEpoch": 0, "instanceId": "i\\udfff"}'),
+    ("POST", "/heartbeat", b'{"memberId": "m\xed\xa0\x80", "memberEpoch": 0}'),
+    (
+        "POST",
+        "/heartbeat",
+        b'{"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t\\ud800"]}',
+    ),
+    (
+        "POST",
+        "/offsets",
+        b'{"memberId": "", "memberEpoch": -1, "offsets": '
+        b'[{"topic": "t", "partition": 0, "offset": 1, "metadata": "x\\ud800"}]}',
+    ),
+    ("POST", "/heartbeat", b"[" * 100_000),
+    ("POST", "/heartbeat", b'{"memberId": "m", "memberEpoch": 1e999999999}'),
+    ("GET", "/offsets?partition=t:%C2%B2", b""),  # "t:²"
+    ("GET", "/offsets?partition=t:" + "9" * 5_000, b""),
+    ("GET", "/offsets?partition=t:2147483648", b""),
+    ("GET", "/offsets?memberId=m&memberEpoch=%D9%A3", b""),  # "٣", an Arabic-Indic 3
+]
+
+
+@pytest.mark.parametrize(("method", "path", "data"), HOSTILE)
+async def test_hostile_input_is_a_400_and_every_partition_keeps_serving(
+    http: test_utils.TestClient[Any, Any], topic: str, method: str, path: str, data: bytes
+) -> None:
+    runtime = http.app[app.COORDINATOR_KEY]
+    assert isinstance(runtime, coordinator_runtime.CoordinatorRuntime)
+    # group-a and group-b live on different state partitions: each must keep serving.
+    assert {runtime.partition_of("group-a"), runtime.partition_of("group-b")} == {0, 1}
+    for group in ("group-a", "group-b"):
+        reply = await http.request(
+            method,
+            URL(f"/v1/groups/{group}{path}", encoded=True),
+            data=data or None,
+            headers=auth(group),
+        )
+        error = await reply.json()
+        assert (reply.status, error["error"], error["code"]) == (400, "INVALID_REQUEST", 42)
+        conforms(error, "Error")
+        # The complaint names the field; no internal exception text leaks out.
+        assert error["message"].startswith(("field '", "body is not valid JSON")), error
+        assert "internal" not in error["message"]
+        assert "codec" not in error["message"]
+        await asyncio.wait_for(join(http, group, topic), 30)
+
+
+async def test_a_405_names_the_allowed_methods(http: test_utils.TestClient[Any, Any]) -> None:
+    reply = await http.delete("/v1/groups/group-a/offsets", headers=auth("group-a"))
+    assert reply.status == 405
+    assert set(reply.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
+    reply = await http.put("/v1/groups/group-a/heartbeat", headers=auth("group-a"))
+    assert (reply.status, reply.headers["Allow"]) == (405, "POST")
+
+
+async def test_healthz_fails_while_a_state_partition_cannot_serve(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """Kubernetes restarts the pod on a failing liveness probe; the reply names the partitions."""
+    name = logs.unique_topic()
+    admin = kafka_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    state_topic.ensure_state_topic(admin, state_topic.TopicSettings(name, 2, 1, 1), 10)
+    # An offset-commit key (version 1) whose value is cut short: partition 1 can never load.
+    logs.produce(broker.bootstrap, name, 1, [(b"\x00\x01\x00\x09g", b"\x00\x03")])
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=broker.bootstrap, topic=name, partitions=2
+    )
+    async with groups.running(config) as runtime:
+        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
+        await client.start_server()
+        try:
+            reply = await client.get("/healthz")
+            health = await reply.json()
+            assert reply.status == 503
+            assert health == {"status": "unhealthy", "unhealthyPartitions": [1]}
+            conforms(health, "Health")
+        finally:
+            await client.close()

@@ -178,3 +178,175 @@ def test_heartbeat_reply_omits_an_unchanged_assignment() -> None:
     }
     changed = messages.HeartbeatResponse("m", 4, 500, {"t": frozenset({3, 1})})
     assert wire.encode_heartbeat(changed)["assignment"] == {"t": [1, 3]}
+
+
+# A lone UTF-16 surrogate: what JSON's "\ud800" escape decodes to. No record can encode it.
+LONE = "m\ud800"
+HEARTBEAT = {"memberId": "m", "memberEpoch": 0}
+COMMIT_ENTRY = {"topic": "t", "partition": 0, "offset": 1}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**HEARTBEAT, "memberId": LONE}, "memberId"),
+        ({**HEARTBEAT, "instanceId": LONE}, "instanceId"),
+        ({**HEARTBEAT, "rack": LONE}, "rack"),
+        ({**HEARTBEAT, "serverAssignor": LONE}, "serverAssignor"),
+        ({**HEARTBEAT, "clientId": LONE}, "clientId"),
+        ({**HEARTBEAT, "subscribedTopicNames": ["t", LONE]}, "subscribedTopicNames[]"),
+        ({**HEARTBEAT, "memberEpoch": 3, "ownedPartitions": {LONE: [0]}}, "ownedPartitions key"),
+    ],
+)
+def test_a_lone_surrogate_in_a_heartbeat_is_an_invalid_request(
+    body: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(errors.InvalidRequest) as raised:
+        wire.decode_heartbeat("g", body, "")
+    assert raised.value.message == f"field '{field}' must be valid Unicode (no lone surrogate)"
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({**COMMIT_ENTRY, "topic": LONE}, "offsets[0].topic"),
+        ({**COMMIT_ENTRY, "metadata": LONE}, "offsets[0].metadata"),
+    ],
+)
+def test_a_lone_surrogate_in_a_commit_is_an_invalid_request(
+    entry: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(errors.InvalidRequest) as raised:
+        wire.decode_commit("g", {"memberId": "m", "memberEpoch": 1, "offsets": [entry]})
+    assert raised.value.message == f"field '{field}' must be valid Unicode (no lone surrogate)"
+    with pytest.raises(errors.InvalidRequest, match="'memberId' must be valid Unicode"):
+        wire.decode_commit("g", {"memberId": LONE, "memberEpoch": 1, "offsets": [COMMIT_ENTRY]})
+
+
+def test_a_surrogate_encoded_as_utf8_is_refused_too() -> None:
+    """json.loads decodes bytes with "surrogatepass": "\xed\xa0\x80" becomes a lone surrogate."""
+    body = wire.parse_json(b'{"memberId": "m\xed\xa0\x80", "memberEpoch": 0}')
+    with pytest.raises(errors.InvalidRequest, match="'memberId' must be valid Unicode"):
+        wire.decode_heartbeat("g", body, "")
+
+
+def test_a_lone_surrogate_in_a_query_or_group_is_an_invalid_request() -> None:
+    with pytest.raises(errors.InvalidRequest, match="'partition' must be valid Unicode"):
+        wire.decode_fetch("g", {"partition": [f"{LONE}:0"]})
+    with pytest.raises(errors.InvalidRequest, match="'memberId' must be valid Unicode"):
+        wire.decode_fetch("g", {"memberId": [LONE], "memberEpoch": ["1"]})
+    with pytest.raises(errors.InvalidRequest, match="'group' must be valid Unicode"):
+        wire.group_id(LONE)
+    with pytest.raises(errors.InvalidRequest, match="'group' must be at most 249"):
+        wire.group_id("g" * 250)
+    assert wire.group_id("orders-é") == "orders-é"
+
+
+def test_unknown_field_names_are_echoed_escaped_and_bounded() -> None:
+    body = {**HEARTBEAT, **{f"{LONE}{index}": 1 for index in range(7)}}
+    with pytest.raises(errors.InvalidRequest) as raised:
+        wire.decode_heartbeat("g", body, "")
+    assert raised.value.message == (
+        "unknown field(s): m\\ud8000, m\\ud8001, m\\ud8002, m\\ud8003, m\\ud8004 and 2 more"
+    )
+    raised.value.message.encode()  # nothing unencodable is echoed back
+
+
+@pytest.mark.parametrize(
+    ("raw", "complaint"),
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"memberId": "m", "memberEpoch": NaN}', "NaN is not a JSON number"),
+        (b'{"memberId": "m", "memberEpoch": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"memberEpoch": ' + b"7" * 5_000 + b"}", "not valid JSON"),
+    ],
+)
+def test_hostile_json_is_an_invalid_request(raw: bytes, complaint: str) -> None:
+    with pytest.raises(errors.InvalidRequest) as raised:
+        wire.parse_json(raw)
+    assert complaint in raised.value.message
+
+
+def test_integral_numbers_are_integers_as_json_schema_says() -> None:
+    """JSON Schema's integer (the OpenAPI type) includes 5.0; digits are never rounded."""
+    body = wire.parse_json(
+        b'{"memberId": "m", "memberEpoch": 3.0, "offsets": [{"topic": "t", "partition": 1e0,'
+        b' "offset": 12345678901234567.0, "leaderEpoch": -1.00}]}'
+    )
+    request = wire.decode_commit("g", body)
+    assert request.member_epoch == 3
+    assert type(request.member_epoch) is int
+    assert request.offsets == {("t", 1): messages.CommitOffset(offset=12345678901234567)}
+    assert type(next(iter(request.offsets))[1]) is int
+
+
+@pytest.mark.parametrize(
+    ("number", "complaint"),
+    [
+        (b"5.5", "must be an integer"),
+        (b"1e-999999999", "must be an integer"),
+        (b"1e999999999", "must be between -2 and 2147483647"),  # refused before int()
+        (b"2147483648", "must be between -2 and 2147483647"),
+        (b"2147483648.0", "must be between -2 and 2147483647"),
+        (b"true", "must be an integer"),
+    ],
+)
+def test_numbers_outside_the_kafka_field_are_refused(number: bytes, complaint: str) -> None:
+    body = wire.parse_json(b'{"memberId": "m", "memberEpoch": ' + number + b"}")
+    with pytest.raises(errors.InvalidRequest, match=complaint):
+        wire.decode_heartbeat("g", body, "")
+
+
+def test_offsets_are_int64_and_partitions_int32() -> None:
+    def commit(partition: int, offset: int) -> messages.OffsetCommitRequest:
+        entry = {"topic": "t", "partition": partition, "offset": offset}
+        return wire.decode_commit("g", {"memberId": "m", "memberEpoch": 1, "offsets": [entry]})
+
+    assert commit(wire.INT32_MAX, wire.INT64_MAX).offsets[("t", wire.INT32_MAX)].offset == (
+        wire.INT64_MAX
+    )
+    with pytest.raises(errors.InvalidRequest, match=r"'offsets\[0\].offset' must be between"):
+        commit(0, wire.INT64_MAX + 1)
+    with pytest.raises(errors.InvalidRequest, match=r"'offsets\[0\].partition' must be between"):
+        commit(wire.INT32_MAX + 1, 0)
+
+
+def test_a_rebalance_timeout_must_be_positive() -> None:
+    """The coordinator refuses 0 (RebalanceTimeoutMs must be positive); so does the edge."""
+    with pytest.raises(errors.InvalidRequest, match="'rebalanceTimeoutMs' must be between 1"):
+        wire.decode_heartbeat("g", {**HEARTBEAT, "rebalanceTimeoutMs": 0}, "")
+    assert (
+        wire.decode_heartbeat("g", {**HEARTBEAT, "rebalanceTimeoutMs": 1}, "").rebalance_timeout_ms
+        == 1
+    )
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"partition": ["t:²"]},  # int() takes superscript and other Unicode digits
+        {"partition": ["t:٣"]},
+        {"partition": ["t: 1"]},
+        {"partition": ["t:+1"]},
+        {"partition": ["t:1_0"]},
+        {"partition": ["t:" + "9" * 5_000]},  # int() refuses over 4,300 digits: was a 500
+        {"partition": ["t:2147483648"]},
+        {"partition": ["t:00000000001"]},
+        {"partition": ["t:-1"]},
+        {"memberId": ["m"], "memberEpoch": ["²"]},
+        {"memberId": ["m"], "memberEpoch": [" 4"]},
+        {"memberId": ["m"], "memberEpoch": ["9" * 5_000]},
+        {"memberId": ["m"], "memberEpoch": ["-2"]},
+    ],
+)
+def test_query_numbers_are_ascii_digits_in_range(query: dict[str, list[str]]) -> None:
+    with pytest.raises(errors.InvalidRequest):
+        wire.decode_fetch("g", query)
+
+
+def test_query_numbers_at_the_edges_of_int32() -> None:
+    request = wire.decode_fetch(
+        "g", {"partition": ["a:b:2147483647", "t:0"], "memberId": ["m"], "memberEpoch": ["-1"]}
+    )
+    assert request.partitions == (("a:b", wire.INT32_MAX), ("t", 0))
+    assert request.member_epoch == -1

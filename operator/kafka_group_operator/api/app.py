@@ -5,8 +5,8 @@
 over HTTP. Handlers are thin: decode with ``wire``, call the runtime, encode the reply.
 
 Every failure leaves as a Kafka-style error body ``{"error", "code", "message"}``: a
-``CoordinatorError`` with its own HTTP status, a malformed body as 400 ``INVALID_REQUEST``,
-anything unexpected as a logged 500 ``UNKNOWN_SERVER_ERROR``.
+``CoordinatorError`` with its own HTTP status, a malformed body, group or query as 400
+``INVALID_REQUEST``, anything unexpected as a logged 500 ``UNKNOWN_SERVER_ERROR``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class Coordinator(Protocol):
 
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
 
+    def unhealthy_partitions(self) -> list[int]:
+        """State partitions that cannot serve until the process restarts (a task of theirs
+        died, or their load failed for good); empty while all serve."""
+        ...
+
     async def list_groups(self) -> list[str]: ...
 
 
@@ -79,9 +84,11 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
     except web.HTTPException as http_error:
         if http_error.status < 400:
             raise
-        # Routing errors (404 unknown path, 405 wrong method) in the same error shape.
+        # Routing errors (404 unknown path, 405 wrong method) in the same error shape; a 405
+        # keeps the Allow header RFC 9110 requires.
         routing = errors.InvalidRequest(f"{request.method} {request.path}: {http_error.reason}")
-        return web.json_response(wire.error_body(routing), status=http_error.status)
+        allow = {"Allow": http_error.headers["Allow"]} if "Allow" in http_error.headers else None
+        return web.json_response(wire.error_body(routing), status=http_error.status, headers=allow)
     except Exception:
         logger.exception("unexpected failure serving %s %s", request.method, request.path)
         return web.json_response(
@@ -109,14 +116,15 @@ async def _json_body(request: web.Request) -> object:
     raw = await request.content.read(MAX_BODY_BYTES + 1)
     if len(raw) > MAX_BODY_BYTES:
         raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise errors.InvalidRequest(f"body is not valid JSON: {error}") from None
+    return wire.parse_json(raw)
 
 
 def _coordinator(request: web.Request) -> Coordinator:
     return request.app[COORDINATOR_KEY]
+
+
+def _group(request: web.Request) -> str:
+    return wire.group_id(request.match_info["group"])
 
 
 def _client_host(request: web.Request) -> str:
@@ -125,14 +133,14 @@ def _client_host(request: web.Request) -> str:
 
 async def _heartbeat(request: web.Request) -> web.Response:
     heartbeat = wire.decode_heartbeat(
-        request.match_info["group"], await _json_body(request), _client_host(request)
+        _group(request), await _json_body(request), _client_host(request)
     )
     response = await _coordinator(request).heartbeat(heartbeat)
     return web.json_response(wire.encode_heartbeat(response))
 
 
 async def _commit(request: web.Request) -> web.Response:
-    commit = wire.decode_commit(request.match_info["group"], await _json_body(request))
+    commit = wire.decode_commit(_group(request), await _json_body(request))
     response = await _coordinator(request).commit_offsets(commit)
     return web.json_response(wire.encode_commit(response))
 
@@ -141,13 +149,13 @@ async def _fetch(request: web.Request) -> web.Response:
     query: Mapping[str, list[str]] = {
         key: request.query.getall(key) for key in set(request.query.keys())
     }
-    fetch = wire.decode_fetch(request.match_info["group"], query)
+    fetch = wire.decode_fetch(_group(request), query)
     response = await _coordinator(request).fetch_offsets(fetch)
     return web.json_response(wire.encode_fetch(response))
 
 
 async def _describe(request: web.Request) -> web.Response:
-    group = request.match_info["group"]
+    group = _group(request)
     coordinator = _coordinator(request)
     description = await coordinator.describe_group(group)
     lag = await coordinator.group_lag(group)
@@ -191,6 +199,13 @@ async def _openapi(request: web.Request) -> web.Response:
 
 
 async def _health(request: web.Request) -> web.Response:
+    # Such a state partition serves none of its groups until the process restarts; failing
+    # the liveness probe makes Kubernetes restart the pod, which loads it afresh.
+    unhealthy = _coordinator(request).unhealthy_partitions()
+    if unhealthy:
+        return web.json_response(
+            {"status": "unhealthy", "unhealthyPartitions": sorted(unhealthy)}, status=503
+        )
     return web.json_response({"status": "ok"})
 
 

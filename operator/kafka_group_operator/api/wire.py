@@ -3,11 +3,16 @@
 Pure functions, no HTTP. Field names are camelCase (DESIGN §2); partitions travel as
 ``{"topic": [0, 1, 2]}`` maps. Every decoder validates strictly and raises ``InvalidRequest``
 (Kafka code 42, HTTP 400) naming the offending field, so a malformed body can never reach
-the coordinator or turn into a 500.
+the coordinator or turn into a 500. In particular every string must be encodable as UTF-8
+(JSON's ``"\ud800"`` escape decodes to a lone surrogate, which no record can hold), and
+every number must fit the Kafka field it fills (INT32 or INT64).
 """
 
 from __future__ import annotations
 
+import decimal
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,12 +37,56 @@ def _object(value: object, field: str) -> Mapping[str, Any]:
     return value
 
 
+def parse_json(raw: bytes) -> object:
+    """A request body: strict JSON (no ``NaN``/``Infinity``), any failure an ``InvalidRequest``."""
+    try:
+        # Decimal keeps 12345678901234567.0 exact, so an integral number loses no digit.
+        return json.loads(raw, parse_float=decimal.Decimal, parse_constant=_refuse_constant)
+    except RecursionError:
+        # The C decoder recurses once per nesting level: "[[[[...", 100k deep, ends here.
+        raise errors.InvalidRequest("body is not valid JSON: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        # json's messages name a position ("Expecting value: line 1 column 1 (char 0)").
+        raise errors.InvalidRequest(f"body is not valid JSON: {error}") from None
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _int(value: object, field: str, minimum: int, maximum: int = INT32_MAX) -> int:
     # bool is an int in Python but never a valid number on the wire.
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int | decimal.Decimal):
         raise _fail(field, "an integer")
+    # A Decimal is compared exactly and before int(), which "1e999999999" would make huge.
     if not minimum <= value <= maximum:
         raise _fail(field, f"between {minimum} and {maximum}")
+    if isinstance(value, decimal.Decimal):
+        # JSON Schema's "integer", which the OpenAPI document declares, includes 5.0.
+        if value != value.to_integral_value():
+            raise _fail(field, "an integer")
+        return int(value)
+    return value
+
+
+# ASCII digits only: int() would also take "²", "٣", " 7", "+7" and "7_0". Ten digits hold
+# any INT32; the OpenAPI document declares the same pattern.
+_INT32_TEXT = re.compile(r"-?[0-9]{1,10}")
+
+
+def _int_text(text: str, field: str, minimum: int, maximum: int = INT32_MAX) -> int:
+    """A query-string INT32: optional minus and ASCII digits, within the Kafka range."""
+    if not _INT32_TEXT.fullmatch(text):
+        raise _fail(field, f"an integer between {minimum} and {maximum}")
+    return _int(int(text), field, minimum, maximum)
+
+
+def _unicode(value: str, field: str) -> str:
+    """``value`` if it is valid Unicode text, i.e. holds no lone UTF-16 surrogate."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise _fail(field, "valid Unicode (no lone surrogate)") from None
     return value
 
 
@@ -46,7 +95,12 @@ def _str(value: object, field: str, *, allow_empty: bool = False) -> str:
         raise _fail(field, "a non-empty string" if not allow_empty else "a string")
     if len(value) > MAX_NAME_LENGTH:
         raise _fail(field, f"at most {MAX_NAME_LENGTH} characters")
-    return value
+    return _unicode(value, field)
+
+
+def group_id(value: str) -> str:
+    """The group id of a request path."""
+    return _str(value, "group")
 
 
 def _optional_str(body: Mapping[str, Any], field: str) -> str | None:
@@ -59,10 +113,16 @@ def _check_fields(
 ) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise errors.InvalidRequest(f"unknown field(s): {', '.join(unknown)}")
+        raise errors.InvalidRequest(f"unknown field(s): {_names(unknown)}")
     missing = sorted(required - set(body))
     if missing:
         raise errors.InvalidRequest(f"missing field(s): {', '.join(missing)}")
+
+
+def _names(names: list[str]) -> str:
+    """Client-chosen names for an error message: at most five, each quoted and escaped."""
+    shown = ", ".join(ascii(name)[1:-1][:MAX_NAME_LENGTH] for name in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def decode_partitions(value: object, field: str) -> messages.Assignment:
@@ -115,7 +175,7 @@ def decode_heartbeat(group_id: str, value: object, client_host: str) -> messages
         member_epoch=_int(body["memberEpoch"], "memberEpoch", messages.STATIC_LEAVE_EPOCH),
         instance_id=_optional_str(body, "instanceId"),
         rack_id=_optional_str(body, "rack"),
-        rebalance_timeout_ms=None if timeout is None else _int(timeout, "rebalanceTimeoutMs", 0),
+        rebalance_timeout_ms=None if timeout is None else _int(timeout, "rebalanceTimeoutMs", 1),
         subscribed_topic_names=topics,
         server_assignor=_optional_str(body, "serverAssignor"),
         owned_partitions=None if owned is None else decode_partitions(owned, "ownedPartitions"),
@@ -159,6 +219,7 @@ def decode_commit(group_id: str, value: object) -> messages.OffsetCommitRequest:
             raise _fail(
                 f"{field}.metadata", f"a string of at most {MAX_METADATA_LENGTH} characters"
             )
+        _unicode(metadata, f"{field}.metadata")
         key = (
             _str(entry["topic"], f"{field}.topic"),
             _int(entry["partition"], f"{field}.partition", 0),
@@ -197,28 +258,24 @@ def decode_fetch(group_id: str, query: Mapping[str, list[str]]) -> messages.Offs
     """Query ``?partition=topic:0&partition=topic:1&memberId=...&memberEpoch=...``."""
     unknown = sorted(set(query) - {"partition", "memberId", "memberEpoch"})
     if unknown:
-        raise errors.InvalidRequest(f"unknown query parameter(s): {', '.join(unknown)}")
+        raise errors.InvalidRequest(f"unknown query parameter(s): {_names(unknown)}")
     partitions: list[messages.TopicPartition] = []
     for text in query.get("partition", []):
         topic, separator, number = text.rpartition(":")
-        if not separator or not topic or not number.isdigit():
+        if not separator or not topic:
             raise _fail("partition", "'topic:number'")
-        partitions.append((_str(topic, "partition"), _int(int(number), "partition", 0)))
+        partitions.append((_str(topic, "partition"), _int_text(number, "partition", 0)))
     member_ids = query.get("memberId", [])
     epochs = query.get("memberEpoch", [])
     if len(member_ids) > 1 or len(epochs) > 1 or len(member_ids) != len(epochs):
         raise errors.InvalidRequest("memberId and memberEpoch go together, once each")
-    epoch: int | None = None
-    if epochs:
-        try:
-            epoch = _int(int(epochs[0]), "memberEpoch", messages.LEAVE_EPOCH)
-        except ValueError:
-            raise _fail("memberEpoch", "an integer") from None
     return messages.OffsetFetchRequest(
         group_id=group_id,
         partitions=tuple(partitions) if partitions else None,
         member_id=_str(member_ids[0], "memberId") if member_ids else None,
-        member_epoch=epoch,
+        member_epoch=(
+            _int_text(epochs[0], "memberEpoch", messages.LEAVE_EPOCH) if epochs else None
+        ),
     )
 
 
