@@ -143,6 +143,13 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
         USAGE,
         r"kgo coordinator: --port must be between 1 and 65535, not 70000",
     ),
+    (
+        # Checked before the runtime starts: one line, not its clients' connection errors.
+        ["coordinator", "--bootstrap", "127.0.0.1:1"],
+        RUNTIME,
+        r"kgo coordinator: cannot read metadata from Kafka at 127.0.0.1:1: "
+        r"Failed to get metadata: Local: Broker transport failure",
+    ),
     (["dev"], USAGE, r"kgo dev: the following arguments are required: ACTION .*"),
     (
         ["dev", "up", "--partitions", "0"],

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import tokens
-from kafka_group_operator.commands import common
+from kafka_group_operator.commands import common, kafka_lookup
 from kafka_group_operator.coordinator import messages
 
 logger = logging.getLogger("kgo.coordinator")
@@ -150,9 +150,18 @@ def run(args: argparse.Namespace) -> int:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:
         raise common.UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    # Kafka must answer before the runtime's clients start: unreachable, that is one line
+    # instead of their connection errors, logged on every retry.
+    with kafka_lookup.lookup(args.bootstrap) as kafka:
+        kafka.check_reachable()
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(serve(args, token_store, group_settings))
+    from kafka_group_operator.runtime import errors as runtime_errors
+
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            asyncio.run(serve(args, token_store, group_settings))
+    except runtime_errors.StateTopicError as error:
+        raise common.CommandError(f"{type(error).__name__}: {error}") from None
     return 0

@@ -68,6 +68,15 @@ class KafkaLookup:
         suffix = f" ({held} more client messages held back)" if held else ""
         return common.CommandError(f"cannot {what} from Kafka at {self.bootstrap}: {last}{suffix}")
 
+    def check_reachable(self) -> None:
+        """Raise the one-line ``CommandError`` unless the brokers answer a metadata request."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._consumer.list_topics(timeout=TIMEOUT_S)
+        except KafkaException as error:
+            raise self._failure("read metadata", error) from None
+
     def partitions(self, topics: Iterable[str]) -> dict[str, list[int]]:
         """Partition numbers of each topic; a topic that does not exist is an error."""
         from confluent_kafka import KafkaException
