@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import Any
 
@@ -17,7 +16,7 @@ import kopf
 
 from kafka_group_operator import handlers
 from kafka_group_operator.handlers import config as operator_config
-from kafka_group_operator.handlers import lifecycle
+from kafka_group_operator.handlers import lifecycle, logs
 
 
 def register(subparsers: Any) -> None:
@@ -42,9 +41,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level)
     try:
         config = operator_config.OperatorConfig.from_env()
     except operator_config.ConfigError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = (
+    "kafka_group_operator.handlers.logs",
     "kafka_group_operator.handlers.lifecycle",
     "kafka_group_operator.handlers.consumer_groups",
     "kafka_group_operator.handlers.snapshots",

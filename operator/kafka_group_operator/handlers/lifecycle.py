@@ -88,10 +88,14 @@ def started(memo: Any) -> OperatorState | None:
     return slot.state if isinstance(slot, _Slot) else None
 
 
+# Why a handler is retried while the coordinator starts (an expected wait: logged at INFO).
+STARTING = "the coordinator is still starting"
+
+
 def state_of(memo: Any) -> OperatorState:
     state = started(memo)
     if state is None:
-        raise kopf.TemporaryError("the coordinator is still starting", delay=2)
+        raise kopf.TemporaryError(STARTING, delay=2)
     return state
 
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import datetime
 import json
+import logging
 import os
 import re
 import sys
@@ -287,7 +288,23 @@ async def start_snapshot(
 
 @kopf.timer(*SNAPSHOTS, interval=5.0, initial_delay=2.0)
 async def follow_snapshot(
-    body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any, **_: Any
+    body: kopf.Body,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: Any,
+    **_: Any,
+) -> None:
+    """Mirror the run's state; a line in the log when the phase changes."""
+    await _follow_snapshot(body, status, meta, patch, memo)
+    phase, message = patch.status.get("phase"), patch.status.get("message")
+    if phase or message:
+        logger.info("snapshot %s: %s", phase or status.get("phase"), message or "")
+
+
+async def _follow_snapshot(
+    body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any
 ) -> None:
     run = status.get("run") or {}
     if status.get("phase") not in ("Pending", "Running") or not run:
@@ -367,6 +384,7 @@ async def schedule_snapshots(
     meta: kopf.Meta,
     patch: kopf.Patch,
     memo: Any,
+    logger: Any,
     **_: Any,
 ) -> None:
     schedule = spec.get("snapshots")
@@ -387,6 +405,11 @@ async def schedule_snapshots(
         "True" if scheduled.status else "False",
         scheduled.message,
     ):
+        logger.log(
+            logging.INFO if scheduled.status else logging.WARNING,
+            "snapshot schedule: %s",
+            scheduled.message,
+        )
         patch.status["conditions"] = conditions.merge_conditions(
             status.get("conditions"), [scheduled], meta.get("generation"), conditions.now_rfc3339()
         )
@@ -404,6 +427,7 @@ async def schedule_snapshots(
         # A conflict: an earlier tick created it and lost its status patch.
         with contextlib.suppress(kube_errors.Conflict):
             await kube.create(kube_client.OFFSET_SNAPSHOTS, meta["namespace"], snapshot)
+        logger.info("scheduled snapshot %s created", snapshot["metadata"]["name"])
         patch.status["snapshots"] = {
             "lastScheduleTime": due.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lastSnapshot": snapshot["metadata"]["name"],
@@ -415,6 +439,7 @@ async def schedule_snapshots(
     )
     for name in offset_jobs.snapshots_to_prune(existing, int(schedule.get("historyLimit", 7))):
         await kube.delete(kube_client.OFFSET_SNAPSHOTS, meta["namespace"], name)
+        logger.info("snapshot %s deleted (beyond historyLimit)", name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -448,8 +473,7 @@ def _reset_condition(
     )
 
 
-@kopf.timer(*CONSUMER_GROUPS, interval=3.0, initial_delay=1.0)
-async def drive_offset_reset(
+async def _drive_offset_reset(
     body: kopf.Body,
     spec: kopf.Spec,
     status: kopf.Status,
@@ -605,6 +629,30 @@ async def drive_offset_reset(
             "phase": "Failed",
             "message": str(error),
         }
+
+
+@kopf.timer(*CONSUMER_GROUPS, interval=3.0, initial_delay=1.0)
+async def drive_offset_reset(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: Any,
+    logger: Any,
+    **_: Any,
+) -> None:
+    """One step of a pending ``offsetReset``; a line in the log for each step taken."""
+    await _drive_offset_reset(body, spec, status, meta, patch, memo)
+    step = patch.status.get("lastReset")
+    if step:
+        logger.info(
+            "offset reset to %s: %s %s%s",
+            (spec.get("offsetReset") or {}).get("to"),
+            step.get("stage"),
+            step.get("phase"),
+            f" ({step['message']})" if step.get("message") else "",
+        )
 
 
 class ResetFailed(RuntimeError):

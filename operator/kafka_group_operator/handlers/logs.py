@@ -1,0 +1,63 @@
+"""The operator's log, for the operator on call: a line says something happened.
+
+* Each handler line carries its resource as ``[namespace/name]`` (kopf's per-object logger,
+  formatted by kopf's prefixing formatter, which ``configure`` installs).
+* kopf logs "Timer '...' succeeded." at every tick of every timer of every resource; a timer
+  that did something says so itself, so those lines are dropped.
+* A handler that runs while the embedded coordinator starts is retried (``kopf.TemporaryError``
+  with ``lifecycle.STARTING``); that is expected, so kopf's ERROR line about it becomes INFO.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import kopf
+
+from kafka_group_operator.handlers import lifecycle
+
+# kopf's logger of per-object lines (kopf._core.actions.loggers).
+OBJECT_LOGGER = "kopf.objects"
+_TIMER_SUCCEEDED = re.compile(r"^Timer '[^']*' succeeded\.$")
+
+
+class QuietExpected(logging.Filter):
+    """Drops no-op timer lines and lowers the coordinator-is-starting retries to INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno == logging.INFO and _TIMER_SUCCEEDED.match(message):
+            return False
+        if record.levelno >= logging.ERROR and message.endswith(
+            f"failed temporarily: {lifecycle.STARTING}"
+        ):
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+def install_filter() -> None:
+    """Put ``QuietExpected`` on kopf's per-object logger, once per process."""
+    target = logging.getLogger(OBJECT_LOGGER)
+    if not any(isinstance(found, QuietExpected) for found in target.filters):
+        target.addFilter(QuietExpected())
+
+
+def configure(level: str) -> None:
+    """The process's logging as ``kgo operator`` runs it: kopf's format with the prefix."""
+    name = level.upper()
+    kopf.configure(
+        debug=name == "DEBUG",
+        quiet=name in ("WARNING", "ERROR", "CRITICAL"),
+        log_format=kopf.LogFormat.FULL,
+        log_prefix=True,
+    )
+    logging.getLogger().setLevel(name)
+    install_filter()
+
+
+@kopf.on.startup()
+async def quiet_expected_lines(**_: Any) -> None:
+    # Also where the operator runs without ``configure`` (embedded, in tests).
+    install_filter()
