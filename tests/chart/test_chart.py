@@ -6,20 +6,15 @@ kubernetes-validate (strict: unknown fields fail), our custom resources with jso
 
 from __future__ import annotations
 
-import ast
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import kopf
 import kubernetes_validate
 import pytest
 import yaml
 
-from kafka_group_operator import handlers
-from kafka_group_operator.kube import client as kube_client
-from kafka_group_operator.kube import spark as kube_spark
-from tests.support import kube_schema
+from tests.support import kube_schema, rbac
 
 ROOT = kube_schema.ROOT
 CHART = ROOT / "charts" / "kafka-group-operator"
@@ -142,76 +137,9 @@ def test_rbac_is_least_privilege() -> None:
     ]
 
 
-# KubeClient's methods and the (subresource, verb) each asks the API server for.
-_CLIENT_VERBS = {
-    "get": (None, "get"),
-    "get_or_none": (None, "get"),
-    "list": (None, "list"),
-    "create": (None, "create"),
-    "patch": (None, "patch"),
-    "patch_status": ("status", "patch"),
-    "delete": (None, "delete"),
-}
-Need = tuple[str, str, str]  # (apiGroup, resource, verb)
-
-
-def _client_calls() -> set[Need]:
-    """Every (group, resource, verb) the operator's code asks for through ``KubeClient``.
-
-    Read from the source: each call ``<client>.<method>(<KIND>, ...)`` whose first argument
-    is one of the ``Kind`` constants of ``kube.client`` and ``kube.spark``.
-    """
-    kinds = {
-        name: value
-        for module in (kube_client, kube_spark)
-        for name, value in vars(module).items()
-        if isinstance(value, kube_client.Kind)
-    }
-    needs: set[Need] = set()
-    for path in (ROOT / "operator" / "kafka_group_operator").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _CLIENT_VERBS
-                and node.args
-            ):
-                continue
-            first = node.args[0]
-            name = first.attr if isinstance(first, ast.Attribute) else getattr(first, "id", None)
-            if name not in kinds:
-                continue
-            kind = kinds[name]
-            sub, verb = _CLIENT_VERBS[node.func.attr]
-            needs.add((kind.group, f"{kind.plural}/{sub}" if sub else kind.plural, verb))
-    return needs
-
-
-def _kopf_needs() -> set[Need]:
-    """What kopf does for the handlers the operator registers.
-
-    It lists and watches every handled resource; for those with change handlers, daemons or
-    timers it patches the object (finalizer, progress annotations) and its status
-    (``patch.status``); and it posts Events. Those resources own children whose
-    ownerReferences set blockOwnerDeletion (``kopf.adopt``, scheduled snapshots, Spark
-    applications), which OwnerReferencesPermissionEnforcement grants only with update on
-    the owner's finalizers.
-    """
-    handlers.load()
-    registry = kopf.get_default_registry()
-    needs: set[Need] = {("", "events", "create")}
-    for selector in registry._watching.get_all_selectors():
-        needs |= {(selector.group, str(selector.any_name), verb) for verb in ("list", "watch")}
-    for selector in registry._changing.get_all_selectors() | registry._spawning.get_all_selectors():
-        group, plural = selector.group, str(selector.any_name)
-        needs |= {(group, plural, verb) for verb in ("list", "watch", "patch")}
-        needs |= {(group, f"{plural}/status", "patch"), (group, f"{plural}/finalizers", "update")}
-    return needs
-
-
 def test_the_derivation_of_used_verbs_sees_the_code() -> None:
     """The scan finds calls we know of, so an empty or broken scan cannot pass the next test."""
-    used = _client_calls() | _kopf_needs()
+    used = rbac.used()
     assert {
         ("apps", "statefulsets", "create"),
         ("apps", "statefulsets", "patch"),
@@ -238,9 +166,7 @@ def test_every_verb_the_code_uses_is_granted(values: list[str]) -> None:
             for key, verbs in _rules(role).items():
                 granted.setdefault(key, set()).update(verbs)
     missing = sorted(
-        need
-        for need in _client_calls() | _kopf_needs()
-        if need[2] not in granted.get((need[0], need[1]), set())
+        need for need in rbac.used() if need[2] not in granted.get((need[0], need[1]), set())
     )
     assert missing == []
 
