@@ -4,7 +4,7 @@ Pure functions shared by ``kgo groups reset-offsets`` and ``import`` (and usable
 restore job, whose DataFrame plan in ``kafka_group_jobs.transforms`` follows the same rules):
 
 * targets: ``earliest`` (log start), ``latest`` (log end), ``offset`` N, ``shift-by`` ±N from
-  the committed offset (only partitions that have one, as Kafka's tool), ``datetime`` and
+  the committed offset (refused for a partition without one, as Kafka's tool), ``datetime`` and
   ``duration`` (the first offset at or after a time, the log end when nothing is that new),
   and ``file`` (offsets given per partition);
 * every requested offset outside ``[earliest, latest]`` is clamped into it and the clamp is
@@ -117,7 +117,12 @@ def plan_reset(
             requested = value
         elif kind == "shift-by":
             if current is None:
-                continue
+                # Kafka's words (ConsumerGroupCommand.resetByShiftBy); a TopicPartition
+                # prints as topic-partition.
+                raise ValueError(
+                    f"Cannot shift offset for partition {topic}-{partition} since there is "
+                    "no current committed offset"
+                )
             assert value is not None
             requested = current + value
         elif kind == "file":

@@ -216,7 +216,8 @@ WITH_SERVICES: list[tuple[list[str], int, str]] = [
     (
         ["groups", "reset-offsets", "shop.orders", "--shift-by", "5", "--topic", "orders"],
         RUNTIME,
-        r"kgo groups reset-offsets: nothing to reset: no partition in scope has an offset to move",
+        r"kgo groups reset-offsets: Cannot shift offset for partition orders-0 since there is "
+        r"no current committed offset",
     ),
     (
         ["groups", "wait", "shop.orders", "--members", "2", "--timeout", "1"],

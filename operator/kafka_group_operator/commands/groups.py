@@ -416,9 +416,14 @@ def reset(
     bootstrap = common.required_bootstrap(args)
     with coordinator(args) as connection:
         committed = connection.fetch()
-        if args.all_topics or (file_offsets is not None and not scope):
-            source = file_offsets if file_offsets is not None else committed
-            scope = dict.fromkeys(sorted({topic for topic, _ in source}))
+        if file_offsets is not None and not scope:
+            # The file's partitions, each of which must exist, as Kafka's --from-file.
+            scope = {
+                topic: tuple(p for t, p in sorted(file_offsets) if t == topic)
+                for topic in sorted({topic for topic, _ in file_offsets})
+            }
+        elif args.all_topics:
+            scope = dict.fromkeys(sorted({topic for topic, _ in committed}))
             if not scope:
                 raise common.CommandError(f"group {args.group!r} has no committed offsets")
         with kafka_lookup.lookup(bootstrap) as kafka:
@@ -434,7 +439,10 @@ def reset(
                 chosen += [(topic, p) for p in (wanted or partitions)]
             bounds = kafka.bounds(sorted(set(chosen)))
             by_time = kafka.offsets_for_time(sorted(bounds), at_ms) if at_ms is not None else None
-        plan = resets.plan_reset(kind, bounds, committed, value, by_time, file_offsets)
+        try:
+            plan = resets.plan_reset(kind, bounds, committed, value, by_time, file_offsets)
+        except ValueError as error:
+            raise common.CommandError(str(error)) from None
         if not plan:
             raise common.CommandError(
                 "nothing to reset: no partition in scope has an offset to move"
