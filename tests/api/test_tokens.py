@@ -59,3 +59,18 @@ def test_tokens_file(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read"):
         tokens.GroupTokens.from_file(path)
+
+
+def test_until_loaded_an_unknown_group_is_retriable_not_refused() -> None:
+    store = tokens.GroupTokens(loaded=False)
+    store.set("a", "token-a")
+    tokens.authorize(store, "a", "token-a")
+    # A known group's wrong token is refused at once; an unknown one may just not be read yet.
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "a", "wrong")
+    with pytest.raises(errors.CoordinatorLoadInProgress) as loading:
+        tokens.authorize(store, "b", "token-b")
+    assert loading.value.retriable
+    store.mark_loaded()
+    with pytest.raises(errors.GroupAuthorizationFailed):
+        tokens.authorize(store, "b", "token-b")

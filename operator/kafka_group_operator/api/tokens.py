@@ -4,6 +4,11 @@ Every group has its own token. The operator keeps a ``GroupTokens`` filled from 
 Secrets; ``kgo coordinator --tokens FILE`` loads one from a JSON object ``{group: token}``.
 A token is only ever valid for the group it belongs to, so a pod of group A that sends its
 token to group B's endpoints is refused with ``GROUP_AUTHORIZATION_FAILED``.
+
+After an operator start the Secrets take a moment to read. Until then a group without a
+token may simply not be loaded yet, so it is answered ``COORDINATOR_LOAD_IN_PROGRESS``
+(retriable, as Kafka answers while it loads ``__consumer_offsets``) instead of a refusal
+that members treat as fatal.
 """
 
 from __future__ import annotations
@@ -19,17 +24,26 @@ from kafka_group_operator.coordinator import errors
 
 
 class TokenStore(Protocol):
-    """Where the API looks up the token of a group (``None``: the group has none)."""
+    """Where the API looks up the token of a group (``None``: the group has none).
+
+    May raise ``CoordinatorLoadInProgress`` when it cannot tell yet.
+    """
 
     def token_for(self, group_id: str) -> str | None: ...
 
 
 class GroupTokens:
-    """A mutable, thread-safe ``TokenStore``; the operator sets and discards entries."""
+    """A mutable, thread-safe ``TokenStore``; the operator sets and discards entries.
 
-    def __init__(self, tokens: Mapping[str, str] | None = None) -> None:
+    Created with ``loaded=False``, it answers ``CoordinatorLoadInProgress`` for a group it
+    has no token for until ``mark_loaded()``: the operator calls it once every existing
+    group's token has been read.
+    """
+
+    def __init__(self, tokens: Mapping[str, str] | None = None, *, loaded: bool = True) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = dict(tokens or {})
+        self._loaded = loaded
 
     @classmethod
     def from_file(cls, path: Path) -> GroupTokens:
@@ -57,9 +71,23 @@ class GroupTokens:
         with self._lock:
             self._tokens.pop(group_id, None)
 
+    def mark_loaded(self) -> None:
+        with self._lock:
+            self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        with self._lock:
+            return self._loaded
+
     def token_for(self, group_id: str) -> str | None:
         with self._lock:
-            return self._tokens.get(group_id)
+            token = self._tokens.get(group_id)
+            if token is None and not self._loaded:
+                raise errors.CoordinatorLoadInProgress(
+                    f"the tokens of the groups are still loading (group {group_id!r})"
+                )
+            return token
 
 
 def bearer_token(authorization: str | None) -> str | None:

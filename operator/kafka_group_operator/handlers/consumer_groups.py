@@ -11,7 +11,12 @@
   scale-down), so its static member is removed at once and its partitions move. A deleted or
   failed pod of a live ordinal is a temporary leave: nothing is done, its static member keeps
   its assignment for the session timeout and gets it back when the pod returns.
-* delete: ``deletionPolicy: Delete`` removes every record of the group; ``Retain`` keeps them.
+* delete: once the group's pods are gone (their members need the token for their final
+  commit), ``deletionPolicy: Delete`` removes every record of the group; ``Retain`` keeps
+  them. Either way the token is revoked and the group id released.
+* ownership: the first resource to claim a group id owns it (see ``ownership``); another
+  one naming the same ``groupId`` gets ``Ready=False, GroupIdConflict`` and changes nothing,
+  not even on its deletion.
 
 The annotation ``kafkagroups.io/pause-reconciliation: "true"`` stops every change the
 operator would make to the group, its children and its members; the status is still
@@ -28,7 +33,7 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.handlers import kafka_probe, lifecycle
+from kafka_group_operator.handlers import kafka_probe, lifecycle, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, consumer_group, group_settings, group_status
@@ -93,6 +98,7 @@ async def reconcile(
     state.reconciled.pop((namespace, name), None)
     try:
         group = parse(body)
+        await claim_group_id(state, group, meta)
         await _check_dependencies(state, group)
         await _apply_children_or_report(state, group, body)
         await state.runtime.configure_group(
@@ -136,6 +142,21 @@ async def reconcile(
                 )
             },
         )
+
+
+async def claim_group_id(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, meta: Mapping[str, Any]
+) -> None:
+    """Make this resource the owner of its group id, or raise ``GroupIdConflict``.
+
+    Comes before any change: a second claimant must not touch the owner's token, settings
+    or members.
+    """
+    owner = await state.runtime.claim_group(
+        messages.ClaimGroupRequest(group.group_id, ownership.owner_of(meta))
+    )
+    if owner.uid != meta.get("uid"):
+        raise ownership.GroupIdConflict(ownership.conflict_message(group.group_id, owner))
 
 
 async def _check_dependencies(
@@ -391,6 +412,9 @@ async def pod_event(
         group = parse(owner)
     except spec_errors.SpecError:
         return
+    recorded = await state.runtime.group_owner(group.group_id)
+    if recorded is None or recorded.uid != owner["metadata"].get("uid"):
+        return  # a second claimant of the group id acts on nobody's members
     if ordinal < group.replicas:
         # A live ordinal: a restart or failure is a temporary leave; the member keeps its
         # partitions for the session timeout.
@@ -399,14 +423,53 @@ async def pod_event(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def delete(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, memo: Any, **_: Any) -> None:
+async def delete(
+    body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, retry: int, memo: Any, **_: Any
+) -> None:
+    """Only the owner of the group id removes anything, and only once its pods are gone.
+
+    The pods' members need the token for their final commit and leave, so the StatefulSet
+    is deleted first and the token kept (the finalizer held) until no pod of the group is
+    left; then the records go (``deletionPolicy: Delete``), the token is discarded and the
+    group id released for a waiting claimant.
+    """
     state = lifecycle.state_of(memo)
-    group_id = spec.get("groupId") or specs.default_group_id(meta["namespace"], meta["name"])
+    group_id = ownership.group_id_of(body)
+    state.reconciled.pop((meta["namespace"], meta["name"]), None)
+    delay = min(retry_delay(retry, state.config.retry_base_seconds), 10.0)
+    try:
+        # A resource that never got to claim its id (deleted before its first
+        # reconciliation, or an upgrade from a version without owners) claims it now.
+        owner = await state.runtime.claim_group(
+            messages.ClaimGroupRequest(group_id, ownership.owner_of(meta))
+        )
+    except coordinator_errors.CoordinatorError as error:
+        raise kopf.TemporaryError(
+            f"cannot look up the owner of {group_id}: {error}", delay
+        ) from error
+    if owner.uid != meta.get("uid"):
+        kopf.event(
+            body,
+            type="Normal",
+            reason=ownership.GROUP_ID_CONFLICT,
+            message=f"{group_id} belongs to ConsumerGroup {owner.namespace}/{owner.name}: "
+            "its token and offsets are left alone",
+        )
+        return
+    try:
+        remaining = await _stop_pods(state, meta)
+    except kube_errors.KubeError as error:
+        raise kopf.TemporaryError(f"cannot stop the pods of {group_id}: {error}", delay) from error
+    if remaining:
+        raise kopf.TemporaryError(
+            f"waiting for {remaining} pod(s) of the group to stop before revoking its token",
+            delay,
+        )
     policy = spec.get("deletionPolicy", "Retain")
     if policy == "Delete":
         try:
             await state.runtime.delete_group(
-                messages.DeleteGroupRequest(group_id=group_id, force=True)
+                messages.DeleteGroupRequest(group_id=group_id, force=True, owner_uid=owner.uid)
             )
         except coordinator_errors.GroupIdNotFound:
             pass
@@ -427,5 +490,22 @@ async def delete(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, memo: Any, *
             reason="GroupRetained",
             message=f"the offsets of {group_id} are kept",
         )
+    # The token goes before the id is released: a claimant taking the id over sets its own.
     state.tokens.discard(group_id)
-    state.reconciled.pop((meta["namespace"], meta["name"]), None)
+    try:
+        await state.runtime.release_group(messages.ReleaseGroupRequest(group_id, owner.uid))
+    except coordinator_errors.CoordinatorError as error:
+        raise kopf.TemporaryError(f"cannot release {group_id}: {error}", delay) from error
+
+
+async def _stop_pods(state: lifecycle.OperatorState, meta: Mapping[str, Any]) -> int:
+    """Delete the group's StatefulSet (the garbage collector would only after the resource
+    is gone, which the finalizer holds back); how many of its pods still exist."""
+    namespace, name = meta["namespace"], meta["name"]
+    stateful_set = await state.kube.get_or_none(kube_client.STATEFUL_SETS, namespace, name)
+    if stateful_set is not None:
+        references = (stateful_set.get("metadata") or {}).get("ownerReferences") or ()
+        if any(reference.get("uid") == meta.get("uid") for reference in references):
+            await state.kube.delete(kube_client.STATEFUL_SETS, namespace, name)
+    pods = await state.kube.list(kube_client.PODS, namespace, consumer_group.selector_labels(name))
+    return len(pods)

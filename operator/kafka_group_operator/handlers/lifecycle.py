@@ -22,6 +22,7 @@ from aiohttp import web
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import tokens
 from kafka_group_operator.handlers import config as operator_config
+from kafka_group_operator.handlers import ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.runtime import coordinator_runtime
 
@@ -118,7 +119,9 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, logger: Any, **_: 
     The coordinator needs Kafka, which may not be up yet. Waiting for it here would keep
     kopf's liveness endpoint down and get the pod restarted over and over; instead the
     coordinator starts (and retries) in the background, handlers retry until it runs, and
-    the member API (the chart's readiness probe) listens only once it does.
+    the member API (the chart's readiness probe) listens only once it does. Then every
+    existing group's token is read from its Secret; until that is done the API answers
+    ``COORDINATOR_LOAD_IN_PROGRESS`` for groups it has no token for yet.
     """
     configure_kopf(settings)
     config = config_of(memo)
@@ -146,7 +149,9 @@ async def _start_coordinator(
                 checkpoint_uri=config.checkpoint_uri,
             )
         )
-        group_tokens = tokens.GroupTokens()
+        # Not loaded until every existing group's token is read: meanwhile a group without
+        # a token is answered COORDINATOR_LOAD_IN_PROGRESS (retriable), never refused.
+        group_tokens = tokens.GroupTokens(loaded=False)
         runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
         await runner.setup()
         try:
@@ -174,6 +179,9 @@ async def _start_coordinator(
             config.state_topic,
             config.api_host,
             config.api_port,
+        )
+        await ownership.keep_loading_tokens(
+            kube_of(memo), runtime, group_tokens, config.namespaces, logger
         )
         return
 

@@ -1,0 +1,131 @@
+"""Who owns a group id, and the group tokens an operator start must read before anything else.
+
+A group id is owned by one ConsumerGroup resource (namespace, name, uid), recorded in the
+coordinator's state topic by the first reconciliation that claims it, so it survives
+restarts. Another resource naming the same ``groupId`` is a second claimant: it gets
+``Ready=False, GroupIdConflict`` and changes nothing (no token, no settings, no children),
+and its deletion discards nothing. The owner's deletion releases the id; a waiting claimant
+then takes it over on its next retry.
+
+``load_tokens`` runs once per operator start: it reads the token Secret of every existing
+ConsumerGroup (the owners' only) and then marks the token store loaded. Until then the
+member API answers ``COORDINATOR_LOAD_IN_PROGRESS`` for groups it has no token for, so
+members that heartbeat during an operator restart wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kafka_group_operator.api import tokens
+from kafka_group_operator.coordinator import errors as coordinator_errors
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.kube import errors as kube_errors
+from kafka_group_operator.manifests import consumer_group
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.specs import consumer_group as specs
+from kafka_group_operator.specs import errors as spec_errors
+
+GROUP_ID_CONFLICT = "GroupIdConflict"
+
+logger = logging.getLogger(__name__)
+
+
+class GroupIdConflict(spec_errors.SpecError):
+    """Another ConsumerGroup owns the group id; retried, as its deletion frees the id."""
+
+    reason = GROUP_ID_CONFLICT
+
+
+def owner_of(meta: Mapping[str, Any]) -> messages.GroupOwner:
+    return messages.GroupOwner(
+        namespace=str(meta["namespace"]), name=str(meta["name"]), uid=str(meta.get("uid", ""))
+    )
+
+
+def group_id_of(body: Mapping[str, Any]) -> str:
+    """The group id a ConsumerGroup names (spec.groupId, else ``<namespace>.<name>``)."""
+    meta = body.get("metadata") or {}
+    group_id = (body.get("spec") or {}).get("groupId")
+    if isinstance(group_id, str) and group_id:
+        return group_id
+    return specs.default_group_id(meta["namespace"], meta["name"])
+
+
+def conflict_message(group_id: str, owner: messages.GroupOwner) -> str:
+    return (
+        f"group id {group_id!r} is owned by ConsumerGroup {owner.namespace}/{owner.name}; "
+        "this resource changes nothing until that one is deleted"
+    )
+
+
+async def load_tokens(
+    kube: kube_client.KubeClient,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    store: tokens.GroupTokens,
+    namespaces: tuple[str, ...],
+) -> int:
+    """Read the token of every existing ConsumerGroup that owns its group id; then mark the
+    store loaded. Returns how many tokens were read; raises ``KubeError`` to be retried.
+
+    A group id without a recorded owner (a resource not reconciled yet) gets the token of
+    its only claimant; with several claimants it waits for the reconciliation to decide.
+    """
+    bodies: list[Mapping[str, Any]] = []
+    for namespace in namespaces or (None,):
+        bodies.extend(await kube.list(kube_client.CONSUMER_GROUPS, namespace))
+    claimants: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for body in bodies:
+        claimants[group_id_of(body)].append(body)
+    loaded = 0
+    for group_id, claiming in claimants.items():
+        try:
+            owner = await runtime.group_owner(group_id)
+        except coordinator_errors.CoordinatorError:
+            owner = None  # its partition is not serving: its members cannot run anyway
+        uids = {str((body.get("metadata") or {}).get("uid", "")) for body in claiming}
+        if owner is not None and owner.uid in uids:
+            chosen = next(b for b in claiming if b["metadata"].get("uid") == owner.uid)
+        elif owner is None and len(claiming) == 1:
+            chosen = claiming[0]
+        else:
+            continue
+        meta = chosen["metadata"]
+        secret = await kube.get_or_none(
+            kube_client.SECRETS, meta["namespace"], consumer_group.token_secret_name(meta["name"])
+        )
+        token = consumer_group.token_from_secret(secret) if secret is not None else None
+        if token:
+            store.set(group_id, token)
+            loaded += 1
+    store.mark_loaded()
+    return loaded
+
+
+async def keep_loading_tokens(
+    kube: kube_client.KubeClient,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    store: tokens.GroupTokens,
+    namespaces: tuple[str, ...],
+    logger: Any = logger,
+) -> None:
+    """``load_tokens`` until it succeeds (the API server may not answer yet)."""
+    delay = 0.5
+    while True:
+        if kube.configured:
+            try:
+                count = await load_tokens(kube, runtime, store, namespaces)
+            except kube_errors.KubeError as error:
+                logger.warning(
+                    "cannot read the groups' tokens yet (retry in %.0fs): %s", delay, error
+                )
+            else:
+                logger.info("read the tokens of %d groups", count)
+                return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 30.0)

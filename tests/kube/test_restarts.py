@@ -1,0 +1,117 @@
+"""Operator restarts under running consumers: real members of the member library, kopf with
+our handlers against the API server, the embedded coordinator on the real broker.
+
+Each restart is a new operator on the same state topic, as the Deployment's Recreate strategy
+makes one. Members heartbeat through the whole restart, including the moment the member API
+listens again but the groups' tokens may not be read yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from kafka_group_operator.member import GroupMember, MemberConfig, group_member
+from tests.kube.test_consumer_groups import NS, create, group_body, token_of
+from tests.member.test_group_member import Running
+from tests.support import kube
+
+pytestmark = [
+    pytest.mark.kube,
+    pytest.mark.broker,
+    pytest.mark.slow,
+    pytest.mark.kmock(cls=kube.ApiServer),
+]
+
+GROUP_ID = f"{NS}.orders"
+RESTARTS = 10
+
+
+class Watched:
+    """A member with every ownership change it went through, after it settled."""
+
+    def __init__(self, config: MemberConfig) -> None:
+        self.changes: list[tuple[str, frozenset[tuple[str, int]]]] = []
+        self.settled = threading.Event()
+
+        def record(kind: str) -> Any:
+            def callback(partitions: frozenset[tuple[str, int]]) -> None:
+                if self.settled.is_set():
+                    self.changes.append((kind, partitions))
+
+            return callback
+
+        member = GroupMember(
+            config,
+            on_assigned=record("assigned"),
+            on_revoked=record("revoked"),
+            on_lost=record("lost"),
+        )
+        self.running = Running(member).start()
+
+    @property
+    def assignment(self) -> frozenset[tuple[str, int]]:
+        return self.running.member.assignment
+
+
+@pytest.mark.timeout(600)
+async def test_operator_restarts_never_hurt_a_running_consumer(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    # Defaults for the session (45 s) and the members' loss deadline (30 s): each restart
+    # must be invisible to the members, not merely shorter than a long timeout.
+    await create(kmock, group_body(topic, broker.bootstrap, replicas=2))
+    await operator.wait_for(lambda: operator.state.tokens.token_for(GROUP_ID))
+    members = [
+        Watched(
+            MemberConfig(
+                group_id=GROUP_ID,
+                coordinator_url=operator.config.coordinator_url,
+                topics=(topic,),
+                bootstrap_servers=broker.bootstrap,
+                token=token_of(kmock),
+                instance_id=f"orders-{ordinal}",
+            )
+        )
+        for ordinal in range(2)
+    ]
+    try:
+        await operator.wait_for(
+            lambda: all(len(m.assignment) == 2 for m in members), within=60, interval=0.1
+        )
+        before = [m.assignment for m in members]
+        for member in members:
+            member.settled.set()
+
+        current = operator
+        for _ in range(RESTARTS):
+            await current.__aexit__(None, None, None)
+            current = kube.RunningOperator(operator.config)
+            await current.__aenter__()  # returns once the member API listens again
+            listening = time.monotonic()
+            await current.wait_for(lambda c=current: c.state.tokens.loaded, within=60)
+            # Long enough for every member to heartbeat against the new operator: their
+            # retry backoff during the outage is at most BACKOFF_MAX_S (with 20 % jitter).
+            await asyncio.sleep(
+                max(0.0, group_member.BACKOFF_MAX_S * 1.2 + 0.5 - (time.monotonic() - listening))
+            )
+            assert [m.running.failure for m in members] == [None, None]
+        description = await current.call(current.state.runtime.describe_group(GROUP_ID))
+        after = [m.assignment for m in members]
+        await current.__aexit__(None, None, None)
+    finally:
+        for member in members:
+            member.running.stop(permanent=False)
+
+    assert [m.running.failure for m in members] == [None, None]
+    assert [m.changes for m in members] == [[], []]
+    assert after == before
+    by_instance = {m.instance_id: m.assignment for m in description.members}
+    assert {
+        instance: frozenset((t, p) for t, parts in assignment.items() for p in parts)
+        for instance, assignment in by_instance.items()
+    } == {"orders-0": before[0], "orders-1": before[1]}
