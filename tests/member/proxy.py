@@ -8,7 +8,8 @@ Two kinds of partition, as clients meet them:
   is forwarded in either direction, as when packets are dropped (a partitioned node, a
   frozen VM): a client notices only through its own timeouts.
 
-``restore()`` ends either; bytes held during a stall are forwarded then.
+``restore()`` ends either; bytes held during a stall are forwarded then. ``latency_s`` delays
+every chunk by that much in each direction, as a link across zones does.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 from kafka_group_operator.embedded import broker as embedded
 
 
 class Proxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, latency_s: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.latency_s = latency_s
         self.port = embedded.free_port()
         # Connections accepted so far, stalled ones included: how many attempts a client made.
         self.accepted = 0
@@ -101,6 +104,8 @@ class Proxy:
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                if self.latency_s:
+                    time.sleep(self.latency_s)
                 # Held, not dropped, while stalled: TCP delivers it once the path heals.
                 self._flowing.wait()
                 sink.sendall(data)

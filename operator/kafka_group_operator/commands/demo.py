@@ -66,7 +66,10 @@ def member_main(argv: list[str]) -> int:
     journal = args.journal.open("a", buffering=1)
 
     def write(event: Mapping[str, Any]) -> None:
-        journal.write(json.dumps({**event, "t": time.time()}, separators=(",", ":")) + "\n")
+        # "t" is wall time, to line up with other processes; "mono" the monotonic clock, to
+        # compare with deadlines (CLOCK_MONOTONIC is one clock for every process of a host).
+        stamped = {**event, "t": time.time(), "mono": time.monotonic()}
+        journal.write(json.dumps(stamped, separators=(",", ":")) + "\n")
 
     def on_change(kind: str) -> group_member.PartitionsCallback:
         return lambda partitions: write({"e": kind, "p": sorted(partitions)})
@@ -81,10 +84,17 @@ def member_main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, lambda signum, frame: member.stop(permanent=True))
     write({"e": "start", "member": member.member_id})
     work_s = args.work_ms / 1000
-    for message in member:
+    messages = iter(member)
+    while True:
+        # The member hands a message out between "asked" and the journal line's "mono".
+        asked = time.monotonic()
+        message = next(messages, None)
+        if message is None:
+            break
         if work_s:
             time.sleep(work_s)
-        write({"e": "m", "tp": [message.topic(), message.partition()], "o": message.offset()})
+        tp = [message.topic(), message.partition()]
+        write({"e": "m", "tp": tp, "o": message.offset(), "asked": asked})
     write({"e": "stop"})
     journal.close()
     return 0
@@ -215,6 +225,8 @@ class LocalGroup:
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # instance -> member id, standing in for the pod UID that survives a container restart
     pod_uids: dict[str, str] = field(default_factory=dict)
+    # instance -> restarts in the same pod, as a pod's container restart count
+    restarts: dict[str, int] = field(default_factory=dict)
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # -- lifecycle
@@ -314,10 +326,17 @@ class LocalGroup:
     def journal_path(self, instance: str) -> Path:
         return self.directory / f"{instance}.jsonl"
 
-    def start_member(self, instance: str, same_pod: bool = False) -> subprocess.Popen[bytes]:
-        """Start a member process: in a new pod, or ``same_pod`` as a container restart."""
+    def start_member(
+        self, instance: str, same_pod: bool = False, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a member process: in a new pod, or ``same_pod`` as a container restart.
+
+        ``env`` overrides the pod's environment (e.g. another ``KGO_COORDINATOR_URL``)."""
         if not same_pod or instance not in self.pod_uids:
             self.pod_uids[instance] = str(uuid.uuid4())
+            self.restarts[instance] = 0
+        else:
+            self.restarts[instance] = self.restarts.get(instance, 0) + 1
         log = (self.directory / f"{instance}.log").open("ab")
         process = subprocess.Popen(
             [
@@ -330,7 +349,7 @@ class LocalGroup:
                 "--work-ms",
                 str(self.work_ms),
             ],
-            env=self.member_env(instance),
+            env={**self.member_env(instance), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -455,8 +474,10 @@ def _owners(group: LocalGroup) -> dict[TopicPartition, str]:
 class Screen:
     """What the demo shows: the group as its coordinator sees it, redrawn every second, and notes.
 
-    On a terminal the view is redrawn in place and the notes stay under it; into a file or a
-    pipe each note is written once, when it is made.
+    On a terminal the view is redrawn in place and the notes stay under it. Into a file or a
+    pipe each note is written once, when it is made, and a frame only when something other
+    than the clock and the lag changed: the step, the members, their processes or who owns
+    what.
     """
 
     def __init__(self, group: LocalGroup, out: IO[str]) -> None:
@@ -464,6 +485,7 @@ class Screen:
         self.out = out
         self.live = out.isatty()
         self.notes: list[str] = []
+        self._last: object = None
 
     def note(self, *lines: str) -> None:
         self.notes.extend(lines)
@@ -471,24 +493,61 @@ class Screen:
             self.out.write("\n".join(lines) + "\n")
             self.out.flush()
 
-    def show(self, caption: str, before: Mapping[TopicPartition, str]) -> None:
+    def processes(self) -> str:
+        """``orders-0 pid 4242, orders-1 pid 4250 (restarted 1x)``: the member processes."""
+        return ", ".join(
+            f"{instance} pid {process.pid}"
+            + (
+                f" (restarted {self.group.restarts[instance]}x)"
+                if self.group.restarts.get(instance)
+                else ""
+            )
+            for instance, process in sorted(self.group.members.items())
+        )
+
+    def show(self, caption: str, before: Mapping[TopicPartition, str], elapsed: str = "") -> None:
+        """One frame; ``before`` is who owned what when the step began (moves count from it)."""
         try:
-            table = describe.render(self.group.describe())
+            description = self.group.describe()
+            table = describe.render(description)
+            members = sorted(
+                (m["instanceId"] or m["memberId"], m["memberEpoch"], m["state"])
+                for m in description["members"]
+            )
         except Exception as error:
-            table = f"(coordinator not answering: {error})"
+            table, members = f"(coordinator not answering: {error})", []
         now = _owners(self.group)
-        moved = sorted(tp for tp, owner in now.items() if before.get(tp, owner) != owner)
+        moved = sorted(tp for tp, owner in now.items() if tp in before and before[tp] != owner)
         moves = ", ".join(f"{t}[{p}] {before[(t, p)]}->{now[(t, p)]}" for t, p in moved)
+        processes = self.processes()
+        if not self.live:
+            state = (caption, members, sorted(now.items()), processes)
+            if state == self._last:
+                return
+            self._last = state
         self.out.write("\x1b[2J\x1b[H" if self.live else "\n")
-        self.out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}\n\n{table}\n")
+        suffix = f"  ({elapsed})" if elapsed and self.live else ""
+        self.out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}{suffix}\n\n{table}\n")
+        self.out.write(f"member processes: {processes or 'none'}\n")
         self.out.write(f"\npartitions moved in this step: {len(moved)}  ({moves or 'none'})\n")
         if self.live and self.notes:
             self.out.write("\n".join(self.notes) + "\n")
         self.out.flush()
 
-    def watch(self, caption: str, seconds: float, until: Callable[[], bool] | None = None) -> bool:
-        """Redraws for ``seconds``, or until ``until()`` holds; returns whether it came to hold."""
-        before = _owners(self.group)
+    def watch(
+        self,
+        caption: str,
+        seconds: float,
+        until: Callable[[], bool] | None = None,
+        before: Mapping[TopicPartition, str] | None = None,
+    ) -> bool:
+        """Redraws for ``seconds``, or until ``until()`` holds; returns whether it came to hold.
+
+        ``before``: who owned what when the step began, taken before its action (a member
+        that left is no longer in the view, but its partitions moved); default: now.
+        """
+        if before is None:
+            before = _owners(self.group)
         deadline = time.monotonic() + seconds
         while True:
             self.show(caption, before)
@@ -544,7 +603,7 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
         started = time.monotonic()
         before = _owners(screen.group)
         while process.poll() is None:
-            screen.show(f"{caption}  ({time.monotonic() - started:.0f} s)", before)
+            screen.show(caption, before, elapsed=f"{time.monotonic() - started:.0f} s")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(1)
     finally:
@@ -755,6 +814,8 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
         producer = Producer(group.broker.bootstrap, group.topic, group.partitions, rate=150)
         producer.start()
         for action, duration, caption in steps:
+            # Taken before the action: a scale-down's leavers are gone from the view after it.
+            before = _owners(group)
             if action == "start":
                 for index in range(3):
                     group.start_member(f"orders-{index}")
@@ -765,10 +826,14 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
                 group.stop_members(["orders-4", "orders-3"], permanent=True)
             elif action == "restart orders-1":
                 owned = group.ownership().get("orders-1", frozenset())
+                killed = group.members["orders-1"].pid
                 group.kill_member("orders-1")
-                group.start_member("orders-1", same_pod=True)
-                caption += f" (owned {len(owned)} partitions before)"
-            screen.watch(caption, duration)
+                restarted = group.start_member("orders-1", same_pod=True).pid
+                caption += (
+                    f" (owned {len(owned)} partitions before; pid {killed} killed,"
+                    f" pid {restarted} started, restart #{group.restarts['orders-1']})"
+                )
+            screen.watch(caption, duration, before=before)
         with contextlib.closing(group.client()) as coordinator:
             snapshot_and_restore(screen, coordinator)
         out.write("\ndemo finished\n")
