@@ -2,12 +2,12 @@
 
 The operator injects everything the member needs into the pod's environment (group id,
 coordinator URL and token, pod name as the static instance id, topics, bootstrap servers,
-Kafka client settings), so the application only iterates. Run it outside Kubernetes by
-setting the same variables, e.g. against ``kgo coordinator``::
+Kafka client settings), so the application only iterates. Run it outside Kubernetes with the
+same variables: ``kgo dev up`` starts a broker and a coordinator and prints them (the group's
+token included); each copy needs its own instance id, as each pod has its name::
 
-    KGO_GROUP_ID=shop.orders KGO_COORDINATOR_URL=http://127.0.0.1:8080 \\
-    KGO_INSTANCE_ID=orders-0 KGO_TOPICS=orders KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 \\
-    python examples/consumer.py
+    eval "$(kgo dev up)"
+    KGO_INSTANCE_ID=orders-0 python examples/consumer.py
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import logging
 
-from kafka_group_operator.member import GroupMember, MemberConfig
+from kafka_group_operator.member import ConfigError, GroupMember, MemberConfig
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 log = logging.getLogger("consumer")
@@ -28,7 +28,12 @@ def main() -> None:
         # Offsets processed so far are committed before the partitions are released.
         log.info("handing over %s; top words so far: %s", sorted(partitions), words.most_common(3))
 
-    with GroupMember(MemberConfig.from_env(), on_revoked=revoked) as member:
+    try:
+        config = MemberConfig.from_env()
+    except ConfigError as error:
+        # A missing or wrong variable is one line, not a traceback.
+        raise SystemExit(f"consumer: {error}") from None
+    with GroupMember(config, on_revoked=revoked) as member:
         # SIGTERM (pod deletion, rolling update): finish the message in hand, commit, and
         # leave temporarily, so a restart within the session timeout keeps the partitions.
         member.install_signal_handlers()

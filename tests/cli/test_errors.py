@@ -3,12 +3,15 @@ usage error, 1 for a failure at run time; never a traceback, never a flood of cl
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import DevSetup, kgo
+from tests.cli.conftest import ROOT, DevSetup, kgo
 
 USAGE, RUNTIME = 2, 1
 BAD_CSV = "orders,0,12\norders,one,13\n"
@@ -150,6 +153,11 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
         r"kgo coordinator: cannot read metadata from Kafka at 127.0.0.1:1: "
         r"Failed to get metadata: Local: Broker transport failure",
     ),
+    (
+        ["generate-chart-crds", "--root", "{tmp}"],
+        USAGE,
+        r"kgo generate-chart-crds: no crds/ under {tmp}",
+    ),
     (["dev"], USAGE, r"kgo dev: the following arguments are required: ACTION .*"),
     (
         ["dev", "up", "--partitions", "0"],
@@ -250,4 +258,20 @@ def test_an_unreachable_bootstrap_is_one_line_not_a_flood_of_client_logs(dev: De
     assert len(run.stderr.splitlines()) == 1, run.stderr
     assert run.stderr.startswith(
         "kgo groups reset-offsets: cannot read metadata from Kafka at 127.0.0.1:1: "
+    )
+
+
+def test_the_example_consumer_without_its_environment_is_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KGO_", "KAFKA_"))}
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "consumer.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (
+        1,
+        "",
+        "consumer: environment variable KGO_GROUP_ID is not set\n",
     )

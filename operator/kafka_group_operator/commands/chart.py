@@ -8,9 +8,10 @@ CRD change can never ship in one place only.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
+
+from kafka_group_operator.commands import common
 
 CHART_CRDS = Path("charts/kafka-group-operator/crds")
 SOURCE_CRDS = Path("crds")
@@ -47,17 +48,14 @@ def differences(root: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     root: Path = args.root
     if not (root / SOURCE_CRDS).is_dir():
-        print(f"no {SOURCE_CRDS}/ under {root.resolve()}", file=sys.stderr)
-        return 2
+        raise common.UsageError(f"no {SOURCE_CRDS}/ under {root.resolve()}")
     diff = differences(root)
     if args.check:
         if diff:
-            print(
+            raise common.CommandError(
                 f"the chart's CRDs differ from {SOURCE_CRDS}/: {', '.join(diff)}; "
-                "run `make generate`",
-                file=sys.stderr,
+                "run `make generate`"
             )
-            return 1
         return 0
     target = root / CHART_CRDS
     target.mkdir(parents=True, exist_ok=True)
