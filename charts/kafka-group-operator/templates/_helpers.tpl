@@ -75,10 +75,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create]
-# Group token Secrets (created once) and the Kafka Secrets (checked to exist).
-- apiGroups: [""]
-  resources: [secrets]
-  verbs: [get, create]
+{{- if or .Values.watchNamespaces (not .Values.rbac.secretNamespaces) }}
+{{ include "kgo.secretRules" . }}
+{{- end }}
 # Pod events tell a scale-down (permanent leave) from a restart (temporary leave).
 - apiGroups: [""]
   resources: [pods]
@@ -91,4 +90,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
   verbs: [get, list, watch, create, delete]
+{{- end }}
+
+{{/* Secrets: the groups' token Secrets (created once) and the Kafka Secrets they name
+(checked to exist). Names are only known at run time, so RBAC cannot list them: without
+watchNamespaces this is every Secret of the cluster, unless rbac.secretNamespaces narrows
+it to Roles in the namespaces listed there. */}}
+{{- define "kgo.secretRules" -}}
+# Group token Secrets (created once) and the Kafka Secrets (checked to exist).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
 {{- end }}
