@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kafka_group_operator.commands import demo
+from kafka_group_operator.embedded import broker as embedded
 
 
 def write_journal(
@@ -87,3 +88,51 @@ def test_stopping_a_job_stops_what_it_started(tmp_path: Path) -> None:
     assert process.returncode is not None
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
+
+
+@pytest.mark.broker
+def test_a_piped_demo_counts_the_leavers_moves_shows_restarts_and_prints_only_changes(
+    broker: embedded.EmbeddedBroker, tmp_path: Path
+) -> None:
+    group = demo.LocalGroup(
+        group=f"demo-{tmp_path.name[-8:]}",
+        topic=f"orders-{tmp_path.name[-8:]}",
+        partitions=4,
+        state_partitions=1,
+        directory=tmp_path,
+    )
+    group.start(broker)
+    try:
+        out = io.StringIO()  # not a terminal
+        screen = demo.Screen(group, out)
+        for instance in ("orders-0", "orders-1"):
+            group.start_member(instance)
+        group.wait_settled({"orders-0", "orders-1"}, timeout=60)
+        leaver = group.ownership()["orders-1"]
+
+        # The scale-down: who owned what is taken before the leaver goes.
+        before = demo._owners(group)
+        group.stop_members(["orders-1"], permanent=True)
+        assert screen.watch(
+            "scaled down", 60, until=lambda: group.settled({"orders-0"}), before=before
+        )
+        frames = out.getvalue().split("\nkgo demo  ")[1:]
+        moved = ", ".join(f"{t}[{p}] orders-1->orders-0" for t, p in sorted(leaver))
+        assert frames[-1].endswith(f"\npartitions moved in this step: {len(leaver)}  ({moved})\n")
+
+        # Unchanged frames are not written again.
+        written = out.getvalue()
+        screen.show("scaled down", before)
+        screen.show("scaled down", before)
+        assert out.getvalue() == written
+
+        # kill -9 and a restart in the same pod: the new process is shown.
+        killed = group.members["orders-0"].pid
+        group.kill_member("orders-0")
+        restarted = group.start_member("orders-0", same_pod=True).pid
+        assert restarted != killed
+        assert screen.processes() == f"orders-0 pid {restarted} (restarted 1x)"
+        screen.show("restarted", demo._owners(group))
+        assert f"member processes: orders-0 pid {restarted} (restarted 1x)\n" in out.getvalue()
+    finally:
+        group.stop()

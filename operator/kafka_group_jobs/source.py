@@ -19,7 +19,7 @@ Options (all strings, as Spark passes them):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,15 +68,18 @@ class StateTopicDataSource(DataSource):
 
 
 class StateTopicReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, given: Mapping[str, str]) -> None:
+        # Spark hands data-source options over with lower-cased names (they are
+        # case-insensitive): look every option up by its lower-cased name.
+        options = {name.lower(): value for name, value in given.items()}
         if "bootstrap" not in options or "topic" not in options:
             raise ValueError("the kgo-state source needs the 'bootstrap' and 'topic' options")
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
-        self.kafka_config: dict[str, str] = json.loads(options.get("kafkaConfig", "{}"))
-        self.end_offsets = _partition_offsets(options.get("endOffsets"))
-        self.start_offsets = _partition_offsets(options.get("startOffsets"))
-        self.max_records = int(options.get("maxRecordsPerSplit", DEFAULT_RECORDS_PER_SPLIT))
+        self.kafka_config: dict[str, str] = json.loads(options.get("kafkaconfig", "{}"))
+        self.end_offsets = _partition_offsets(options.get("endoffsets"))
+        self.start_offsets = _partition_offsets(options.get("startoffsets"))
+        self.max_records = int(options.get("maxrecordspersplit", DEFAULT_RECORDS_PER_SPLIT))
 
     def partitions(self) -> Sequence[InputPartition]:
         # Imported here: the executors that only read need no producer machinery.

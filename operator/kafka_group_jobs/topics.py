@@ -19,6 +19,7 @@ instead of stderr; a failure names the last line and how many there were, in its
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -44,21 +45,18 @@ class ClientLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines = 0
-        self.warnings = 0
         self.last = ""
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines += 1
-        if record.levelno >= logging.WARNING:
-            self.warnings += 1
-            # "FAIL [rdkafka#consumer-1] [thrd:host:9/bootstrap]: host:9/bootstrap: Connect..."
-            self.last = record.getMessage().rpartition("]: ")[2]
+        # "FAIL [rdkafka#consumer-1] [thrd:host:9/bootstrap]: host:9/bootstrap: Connect..."
+        self.last = record.getMessage().rpartition("]: ")[2]
 
     def summary(self) -> str:
-        """``" (the Kafka client logged N warnings; the last: ...)"``, or ``""``."""
-        if not self.warnings:
+        """``" (the Kafka client logged N lines; the last: ...)"``, or ``""``."""
+        if not self.lines:
             return ""
-        return f" (the Kafka client logged {self.warnings} warnings; the last: {self.last})"
+        return f" (the Kafka client logged {self.lines} lines; the last: {self.last})"
 
 
 CLIENT_LOG = ClientLog()
@@ -74,8 +72,13 @@ def client_config(bootstrap: str, extra: Mapping[str, str] | None = None) -> dic
     return config
 
 
-def failure(message: str, error: BaseException) -> TopicError:
-    """A one-line ``TopicError``: what failed, why, and the client's last log line."""
+def failure(message: str, error: BaseException, consumer: Consumer) -> TopicError:
+    """A one-line ``TopicError``: what failed, why, and the client's last log line.
+
+    A consumer hands its queued log lines to the logger only when polled: one poll first.
+    """
+    with contextlib.suppress(Exception):
+        consumer.poll(0)
     return TopicError(f"{message}: {_reason(error)}{CLIENT_LOG.summary()}")
 
 
@@ -138,7 +141,7 @@ def partition_count(bootstrap: str, topic: str, extra: Mapping[str, str] | None 
     try:
         metadata = consumer.list_topics(topic, timeout=10)
     except KafkaException as error:
-        raise failure(f"cannot describe topic {topic!r}", error) from error
+        raise failure(f"cannot describe topic {topic!r}", error, consumer) from error
     finally:
         consumer.close()
     described = metadata.topics.get(topic)
@@ -223,7 +226,7 @@ def watermarks(
             for topic, partition in topic_partitions
         }
     except KafkaException as error:
-        raise failure("cannot read offsets", error) from error
+        raise failure("cannot read offsets", error, consumer) from error
     finally:
         consumer.close()
 
@@ -242,7 +245,7 @@ def topic_partitions(
             found.extend((topic, partition) for partition in sorted(described.partitions))
         return found
     except KafkaException as error:
-        raise failure("cannot list partitions", error) from error
+        raise failure("cannot list partitions", error, consumer) from error
     finally:
         consumer.close()
 
@@ -259,7 +262,7 @@ def offsets_for_time(
     try:
         found = consumer.offsets_for_times(wanted, timeout=10) if wanted else []
     except KafkaException as error:
-        raise failure("cannot look offsets up by time", error) from error
+        raise failure("cannot look offsets up by time", error, consumer) from error
     finally:
         consumer.close()
     return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}

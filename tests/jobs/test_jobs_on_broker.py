@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from kafka_group_jobs import arguments, compaction, restore, snapshot, topics
+from kafka_group_jobs import arguments, compaction, restore, snapshot, source, topics
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_records import checkpoint, codec, partitioning, records
@@ -296,7 +296,7 @@ def test_snapshot_main_runs_under_python_m(
     with contextlib.redirect_stdout(buffer):
         assert snapshot.main([
             "--bootstrap", bootstrap, "--topic", state_topic, "--group", group,
-            "--output", f"file://{tmp_path}/s",
+            "--output", f"file://{tmp_path}/s", "--json",
         ]) == 0  # fmt: skip
     out: dict[str, Any] = arguments.parse_result(buffer.getvalue()) or {}
     assert out["records"] == 1
@@ -326,7 +326,7 @@ def test_restore_commits_through_the_coordinators_http_api(
             assert restore.main([
                 "--bootstrap", broker.bootstrap, "--topic", f"{local.group}.group-state",
                 "--group", local.group, "--to", "offset", "--value", "7", "--topics", local.topic,
-                "--coordinator-url", local.coordinator_url, "--token", local.token,
+                "--coordinator-url", local.coordinator_url, "--token", local.token, "--json",
             ]) == 0  # fmt: skip
         audit = arguments.parse_result(buffer.getvalue())
         assert audit is not None
@@ -336,3 +336,143 @@ def test_restore_commits_through_the_coordinators_http_api(
         assert local.client().fetch() == {(local.topic, p): 7 for p in range(DATA_PARTITIONS)}
     finally:
         local.stop()
+
+
+def warnings_of(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning: ")]
+
+
+def test_jobs_print_tables_and_warn_on_clamps_and_offsets_past_the_log_end(
+    spark: SparkSession,
+    broker: embedded.EmbeddedBroker,
+    names: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
+    fill_data_topic(bootstrap, data)  # 20 messages per partition
+    # 57 lies past the log end of 20, as when the broker reports a wrong log end.
+    append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 57}, T0))
+    # One offset range per record: the read runs as two tasks, and progress counts both.
+    monkeypatch.setattr(arguments, "RECORDS_PER_SPLIT", 1)
+    common = ["--bootstrap", bootstrap, "--topic", state_topic, "--group", group]
+
+    assert snapshot.main([*common, "--output", (tmp_path / "s").as_uri()]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == f"snapshot of group {group} written to {(tmp_path / 's').as_uri()}"
+    assert lines[2:] == [
+        f"  topic{' ' * 10}  partition  offset  log end  lag",
+        f"  {data}          0       5       20   15",
+        f"  {data}          1      57       20    0",
+    ]
+    assert f"reading {state_topic}: 1/1 partitions done, 2/2 records read" in err.splitlines()
+    assert warnings_of(err) == [
+        f"warning: {data}[1]: committed offset 57 is past the log end 20 the broker reports; its"
+        " lag shows as 0. Either the broker reports a wrong log end (some do after batched"
+        " produces) or the partition lost records: check before restoring to this offset"
+    ]
+
+    assert (
+        restore.main([*common, "--to", "offset", "--value", "500", "--topics", data, "--dry-run"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"restore plan for group {group}: to offset 500",
+        f"  topic{' ' * 10}  partition  old  requested  new  clamp",
+        f"  {data}          0    5        500   20  latest",
+        f"  {data}          1   57        500   20  latest",
+        f"  {data}          2    -        500   20  latest",
+        "3 partitions, 3 clamped; dry run: nothing written",
+    ]
+    past_end = (
+        " the broker reports: clamped to 20. If the partition does hold that offset, the broker"
+        " reports a wrong log end: check before applying"
+    )
+    assert warnings_of(err) == [
+        f"warning: {data}[0]: requested offset 500 is past the log end 20{past_end}",
+        f"warning: {data}[1]: committed offset 57 is past the log end 20 the broker reports:"
+        " either the broker reports a wrong log end (some do after batched produces) or the"
+        " partition lost records",
+        f"warning: {data}[1]: requested offset 500 is past the log end 20{past_end}",
+        f"warning: {data}[2]: requested offset 500 is past the log end 20{past_end}",
+    ]
+
+    # --json: the machine-readable line alone on stdout, the warnings still on stderr.
+    assert restore.main([*common, "--to", "shift-by", "--value", "-10", "--dry-run", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1
+    audit = arguments.parse_result(out)
+    assert audit is not None
+    assert [(p["partition"], p["newOffset"], p["clamp"]) for p in audit["partitions"]] == [
+        (0, 0, "earliest"),
+        (1, 20, "latest"),
+    ]
+    assert warnings_of(err) == [f"warning: {line}" for line in audit["warnings"]]
+    assert audit["warnings"][0] == (
+        f"{data}[0]: requested offset -5 is before the log start 0 (deleted by retention):"
+        " clamped to 0"
+    )
+
+
+def test_a_snapshot_of_a_group_without_offsets_fails_unless_allowed(
+    spark: SparkSession,
+    broker: embedded.EmbeddedBroker,
+    names: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
+    append(bootstrap, state_topic, commits(group, data, {0: 2}, T0))
+    output = (tmp_path / "s").as_uri()
+    misspelled = ["--bootstrap", bootstrap, "--topic", state_topic, "--group", group + "x"]
+    assert snapshot.main([*misspelled, "--output", output]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        f"kafka_group_jobs.snapshot: error: group {group + 'x'!r} has no committed offsets in"
+        f" {state_topic!r} (is the group id right?); nothing written. --allow-empty writes an"
+        " empty snapshot"
+    )
+    assert not (tmp_path / "s").exists()
+
+    assert snapshot.main([*misspelled, "--output", output, "--allow-empty", "--json"]) == 0
+    manifest = arguments.parse_result(capsys.readouterr().out)
+    assert manifest is not None
+    assert (manifest["records"], manifest["partitions"]) == (0, {})
+    assert (tmp_path / "s" / snapshot.MANIFEST_FILE).exists()
+
+
+def test_the_reader_honours_the_options_spark_hands_it_lower_cased(spark: SparkSession) -> None:
+    """Spark lower-cases option names: ``endOffsets`` arrives as ``endoffsets``.
+
+    With both bounds given the reader needs no broker (nothing listens on port 1), and splits
+    the range as asked: three tasks of one offset each.
+    """
+    frame = (
+        spark.read.format("kgo-state")
+        .option("bootstrap", "127.0.0.1:1")
+        .option("topic", "state")
+        .option("kafkaConfig", json.dumps({"client.id": "reader"}))
+        .option("startOffsets", json.dumps({0: 0}))
+        .option("endOffsets", json.dumps({0: 3}))
+        .option("maxRecordsPerSplit", "1")
+        .load()
+    )
+    assert frame.rdd.getNumPartitions() == 3
+    reader = source.StateTopicReader({"bootstrap": "b", "topic": "t", "kafkaconfig": '{"a": "1"}'})
+    assert reader.kafka_config == {"a": "1"}

@@ -1,0 +1,299 @@
+"""Wrong invocations of the jobs, as a user types them: one stderr line and an exit code.
+
+Each job runs as ``python -m kafka_group_jobs.<job>``, the way spark-submit, the operator and
+people run it. Usage errors exit 2, runtime errors 1, with exactly one line on stderr and
+nothing on stdout. None of these starts Spark: its start alone writes several lines of its own
+to stderr, so the one-line assertion fails if a check comes too late.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_group_jobs import topics
+from kafka_group_operator.commands import demo
+from kafka_group_operator.embedded import broker as embedded
+
+REFUSED = "127.0.0.1:1"  # nothing listens on port 1 of loopback
+
+
+def run_job(job: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_one_line(
+    done: subprocess.CompletedProcess[str], job: str, message: str, code: int
+) -> None:
+    assert (done.returncode, done.stdout, done.stderr) == (
+        code,
+        "",
+        f"kafka_group_jobs.{job}: error: {message}\n",
+    )
+
+
+WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "snapshot"],
+        "--to snapshot needs --snapshot URI",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--to", "earliest"],
+        "the following arguments are required: --group",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest", "--dryrun"],
+        "unrecognized arguments: --dryrun",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "offset"],
+        "--to offset needs --value",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "shift-by", "--value", "x"],
+        "argument --value: invalid int value: 'x'",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "datetime", "--datetime", "yesterday"],
+        "not an ISO-8601 time: 'yesterday'",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "duration", "--duration", "1h"],
+        "not an ISO-8601 duration (PnDTnHnMnS): '1h'",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest", "--partitions", "orders"],
+        "--partitions: expected TOPIC:P[,P...], got 'orders'",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest", "--kafka-config", "{x"],
+        "--kafka-config is not JSON: Expecting property name enclosed in double quotes:"
+        " line 1 column 2 (char 1)",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "latest", "--coordinator-url", "c:80"],
+        "--coordinator-url: not an http(s) URL: c:80",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", "broker:x", "--group", "g", "--to", "latest"],
+        "--bootstrap: 'broker:x' is not HOST:PORT",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest"],
+        "cannot reach any Kafka bootstrap server (127.0.0.1:1: Connection refused)",
+        1,
+    ),
+    (
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "g", "--output", "file:///snaps/x", "--as-of", "now"],
+        "not an ISO-8601 time: 'now'",
+        2,
+    ),
+    (
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "g"],
+        "the following arguments are required: --output",
+        2,
+    ),
+    (
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "", "--output", "file:///snaps/x"],
+        "--group must not be empty",
+        2,
+    ),
+    (
+        "compaction",
+        ["--bootstrap", REFUSED, "--output", "file:///c", "--kafka-config-dir", "/no/such/dir"],
+        "--kafka-config-dir: no directory /no/such/dir",
+        2,
+    ),
+    (
+        "compaction",
+        ["--bootstrap", REFUSED, "--output", "file:///c", "--default-retention-ms", "-1"],
+        "--default-retention-ms must not be negative",
+        2,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "arguments", "message", "code"),
+    WITHOUT_BROKER,
+    ids=[f"{job}:{message[:40]}" for job, _, message, _ in WITHOUT_BROKER],
+)
+def test_a_wrong_invocation_is_one_line_and_an_exit_code(
+    job: str, arguments: list[str], message: str, code: int
+) -> None:
+    assert_one_line(run_job(job, *arguments), job, message, code)
+
+
+def test_a_snapshot_path_that_does_not_exist_fails_before_spark(tmp_path: Path) -> None:
+    missing = (tmp_path / "nightly").as_uri()
+    done = run_job(
+        "restore", "--bootstrap", REFUSED, "--group", "g", "--to", "snapshot", "--snapshot", missing
+    )
+    assert_one_line(done, "restore", f"snapshot {missing} not found: no such directory", 1)
+    (tmp_path / "nightly").mkdir()
+    done = run_job(
+        "restore", "--bootstrap", REFUSED, "--group", "g", "--to", "snapshot", "--snapshot", missing
+    )
+    assert_one_line(done, "restore", f"snapshot {missing} not found: no manifest.json in it", 1)
+
+
+def test_an_output_under_a_file_fails_before_spark(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("")
+    output = (tmp_path / "taken" / "snap").as_uri()
+    done = run_job("snapshot", "--bootstrap", REFUSED, "--group", "g", "--output", output)
+    assert_one_line(
+        done, "snapshot", f"{output}: {tmp_path / 'taken'} is a file, not a directory", 1
+    )
+
+
+@pytest.mark.broker
+def test_a_missing_state_topic_is_one_line(broker: embedded.EmbeddedBroker, tmp_path: Path) -> None:
+    done = run_job(
+        "snapshot",
+        "--bootstrap",
+        broker.bootstrap,
+        "--topic",
+        "no-such-state-topic",
+        "--group",
+        "g",
+        "--output",
+        (tmp_path / "s").as_uri(),
+    )
+    assert_one_line(done, "snapshot", "topic 'no-such-state-topic' does not exist", 1)
+
+
+@pytest.fixture
+def coordinated(broker: embedded.EmbeddedBroker, tmp_path: Path) -> Iterator[demo.LocalGroup]:
+    """A standalone coordinator serving one group on the shared broker (no member yet)."""
+    suffix = uuid.uuid4().hex[:8]
+    group = demo.LocalGroup(
+        group=f"payments-{suffix}",
+        topic=f"orders-{suffix}",
+        partitions=2,
+        state_partitions=2,
+        directory=tmp_path / "group",
+    )
+    group.directory.mkdir()
+    group.start(broker)
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+def restore_through(group: demo.LocalGroup, *extra: str) -> subprocess.CompletedProcess[str]:
+    assert group.broker is not None
+    return run_job(
+        "restore",
+        "--bootstrap", group.broker.bootstrap, "--topic", group.state_topic,
+        "--group", group.group, "--to", "earliest", "--topics", group.topic,
+        "--coordinator-url", group.coordinator_url, *extra,
+    )  # fmt: skip
+
+
+@pytest.mark.broker
+def test_the_coordinator_refuses_before_spark_starts(coordinated: demo.LocalGroup) -> None:
+    group = coordinated
+    assert_one_line(
+        restore_through(group, "--token", "not-the-token"),
+        "restore",
+        f"the coordinator at {group.coordinator_url} refused the token for group"
+        f" {group.group!r} (GROUP_AUTHORIZATION_FAILED)",
+        1,
+    )
+    assert_one_line(
+        restore_through(group),
+        "restore",
+        f"the coordinator at {group.coordinator_url} needs the token of group {group.group!r}:"
+        " pass --token or set KGO_GROUP_TOKEN",
+        1,
+    )
+    group.start_member("orders-0")
+    group.wait_settled({"orders-0"}, timeout=60)
+    assert_one_line(
+        restore_through(group, "--token", group.token),
+        "restore",
+        f"group {group.group!r} has 1 active members (state Stable): the coordinator takes a"
+        " restore only while the group is empty or paused for a reset; stop the members (scale"
+        " to 0) or pause the group, then retry",
+        1,
+    )
+
+
+@contextlib.contextmanager
+def not_kafka() -> Iterator[str]:
+    """A loopback port that accepts connections and closes them at once: no Kafka behind it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                connection, _ = server.accept()
+                connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_the_kafka_clients_own_log_is_one_summary_not_a_flood(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """librdkafka logs every failed attempt to stderr itself; the jobs' clients do not."""
+    with not_kafka() as bootstrap, pytest.raises(topics.TopicError) as failure:
+        topics.partition_count(bootstrap, "state", {"socket.connection.setup.timeout.ms": "1000"})
+    assert capfd.readouterr().err == ""
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith("cannot describe topic 'state': ")
+    assert " (the Kafka client logged " in message
+    assert " lines; the last: " in message
