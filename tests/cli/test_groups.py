@@ -180,3 +180,30 @@ def test_a_group_with_members_is_refused_as_kafka_refuses(
     assert rows[1][2:] == ["orders-0", "127.0.0.1", rows[1][4], "STABLE", "6", "orders[0-5]"]
     state = json.loads(dev.kgo("groups", "describe", "shop.orders", "--state", "-o", "json").stdout)
     assert (state["group"], state["state"], state["members"]) == ("shop.orders", "Stable", 1)
+
+
+def test_state_as_yaml(dev: DevSetup) -> None:
+    run = dev.kgo("groups", "describe", "shop.orders", "--state", "-o", "yaml")
+    assert run.code == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "group: shop.orders"
+    assert [line.split(":")[0] for line in lines] == [
+        "group", "state", "groupEpoch", "assignmentEpoch", "assignor", "members", "totalLag",
+    ]  # fmt: skip
+
+
+def test_without_a_bootstrap_the_log_end_is_the_commit_plus_the_coordinators_lag() -> None:
+    description = {
+        "groupId": "g",
+        "members": [
+            {"memberId": "m", "instanceId": "g-0", "clientHost": "10.0.0.7",
+             "assignment": {"t": [0, 1]}},
+        ],
+        "lag": [{"topic": "t", "partition": 0, "lag": 5}, {"topic": "t", "partition": 2, "lag": 0}],
+    }  # fmt: skip
+    rows = groups.partition_rows(description, {("t", 0): 10, ("t", 2): 4}, None)
+    assert [tuple(row.values()) for row in rows] == [
+        ("g", "t", 0, 10, 15, 5, "m", "g-0", "10.0.0.7"),
+        ("g", "t", 1, None, None, None, "m", "g-0", "10.0.0.7"),
+        ("g", "t", 2, 4, 4, 0, None, None, None),
+    ]
