@@ -24,7 +24,8 @@ def test_snapshot_arguments_and_location() -> None:
     )
     assert arguments == [
         "--bootstrap", "k:9092", "--topic", "state", "--group", "shop.pay",
-        "--output", "s3a://bucket/snaps/shop/nightly", "--as-of", "2026-01-01T00:00:00Z",
+        "--output", "s3a://bucket/snaps/shop/nightly", "--allow-empty",
+        "--as-of", "2026-01-01T00:00:00Z",
     ]  # fmt: skip
 
 

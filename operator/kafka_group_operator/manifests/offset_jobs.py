@@ -43,7 +43,9 @@ def snapshot_arguments(
     bootstrap: str, state_topic: str, group_id: str, location: str, as_of: str | None
 ) -> list[str]:
     arguments = [*common_arguments(bootstrap, state_topic), "--group", group_id]
-    arguments += ["--output", location]
+    # The group is a ConsumerGroup's, not a typed id that may be misspelled: a group that has
+    # committed nothing yet gets an empty snapshot, not a failure.
+    arguments += ["--output", location, "--allow-empty"]
     if as_of:
         arguments += ["--as-of", as_of]
     return arguments
