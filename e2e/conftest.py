@@ -25,9 +25,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("KUBECONFIG", "KGO_E2E_IMAGE", "KGO_E2E_BOOTSTRAP")
+RELEASE = "kgo"
+# The chart's names for release "kgo": the operator's Deployment, Service and ServiceAccount.
+OPERATOR = f"{RELEASE}-kafka-group-operator"
+OPERATOR_SELECTOR = (
+    f"app.kubernetes.io/name=kafka-group-operator,app.kubernetes.io/instance={RELEASE}"
+)
+# Every wait has its own bound; a test's timeout must exceed the sum of those it may meet.
+HELM_WAIT_S = 300
+WAIT_S = 300
+SLACK_S = 120
 
 
-def _tool(name: str) -> str:
+def budget(waits: int, polls_s: float = 0) -> pytest.MarkDecorator:
+    """A test's timeout: the chart's install and uninstall (the first and the last test pay
+    for the session fixture), ``waits`` bounded waits of ``WAIT_S``, ``polls_s`` seconds of
+    polling, and slack."""
+    return pytest.mark.timeout(2 * HELM_WAIT_S + waits * WAIT_S + polls_s + SLACK_S)
+
+
+def tool(name: str) -> str:
     local = ROOT / ".tools" / name / name
     found = str(local) if local.exists() else shutil.which(name)
     if found is None:
@@ -35,9 +52,12 @@ def _tool(name: str) -> str:
     return found
 
 
-def run(*args: str, stdin: str | None = None, timeout: float = 600) -> str:
-    """Run helm or kubectl; fail the test with its output when it fails."""
-    command = [_tool(args[0]), *args[1:]]
+def run(*args: str, stdin: str | None = None, timeout: float = WAIT_S + 60) -> str:
+    """Run helm or kubectl; fail the test with its output when it fails.
+
+    ``timeout`` must exceed the command's own (``--timeout``, ``--wait``) so that it reports.
+    """
+    command = [tool(args[0]), *args[1:]]
     result = subprocess.run(
         command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -73,7 +93,7 @@ def operator(namespace: str) -> Iterator[str]:
     """The chart installed into ``namespace``, watching that namespace only."""
     image = os.environ["KGO_E2E_IMAGE"]
     repository, _, tag = image.rpartition(":")
-    release = "kgo"
+    release = RELEASE
     run(
         "helm", "install", release, str(ROOT / "charts" / "kafka-group-operator"),
         "--namespace", namespace,
@@ -83,7 +103,12 @@ def operator(namespace: str) -> Iterator[str]:
         "--set", f"image.tag={tag}",
         "--set", f"watchNamespaces={{{namespace}}}",
         "--set", "statusIntervalSeconds=2",
-        "--wait", "--timeout", "5m",
+        "--wait", "--timeout", f"{HELM_WAIT_S}s",
+        timeout=HELM_WAIT_S + 60,
     )  # fmt: skip
     yield release
-    run("helm", "uninstall", release, "--namespace", namespace, "--wait")
+    run(
+        "helm", "uninstall", release, "--namespace", namespace,
+        "--wait", "--timeout", f"{HELM_WAIT_S}s",
+        timeout=HELM_WAIT_S + 60,
+    )  # fmt: skip

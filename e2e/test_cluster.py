@@ -1,10 +1,16 @@
-"""The operator in a real cluster: helm install, the example ConsumerGroup, scale, a pod
-restart (temporary leave), a scale-down (permanent leave) and deletion."""
+"""The operator in a real cluster: helm install, the example ConsumerGroup reconciled by the
+chart's operator Deployment, scale, a pod restart (temporary leave), a scale-down (permanent
+leave) and deletion; the operator's identity granted every verb its code uses.
+
+Each test's timeout (``budget``) exceeds the sum of the bounded waits it may meet, the
+chart's ``helm --wait`` included, so a slow cluster fails with the command's own message.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -12,10 +18,12 @@ from typing import Any
 
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.support import rbac
 
-from e2e.conftest import ROOT, run
+from e2e.conftest import OPERATOR, OPERATOR_SELECTOR, ROOT, WAIT_S, budget, run, tool
 
 EXAMPLE = ROOT / "examples" / "consumergroup.yaml"
+TOPIC_WAIT_S = 30
 
 
 def _group(namespace: str, topic: str) -> dict[str, Any]:
@@ -39,24 +47,46 @@ def _status(namespace: str) -> dict[str, Any]:
 def _wait_ready(namespace: str) -> None:
     run(
         "kubectl", "wait", "cg/orders", "-n", namespace,
-        "--for=condition=Ready", "--timeout=5m",
+        "--for=condition=Ready", f"--timeout={WAIT_S}s",
     )  # fmt: skip
 
 
-def _wait_for(predicate: Any, within: float = 300) -> None:
+def _wait_for(predicate: Any, within: float = WAIT_S) -> None:
     deadline = time.monotonic() + within
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(2)
 
 
+def _assert_the_charts_operator_reconciles(namespace: str) -> None:
+    """The chart's operator Deployment, and nothing else, reconciles the group."""
+    run(
+        "kubectl", "wait", "pod", "-n", namespace, "-l", OPERATOR_SELECTOR,
+        "--for=condition=Ready", f"--timeout={WAIT_S}s",
+    )  # fmt: skip
+    pods = json.loads(
+        run("kubectl", "get", "pods", "-n", namespace, "-l", OPERATOR_SELECTOR, "-o", "json")
+    )["items"]
+    assert len(pods) == 1, [pod["metadata"]["name"] for pod in pods]
+    # Its handler lines name the group ([namespace/name], kopf's per-object prefix).
+    logs = run("kubectl", "logs", pods[0]["metadata"]["name"], "-n", namespace)
+    assert f"[{namespace}/orders]" in logs, logs[-2000:]
+    # The consumers were configured by it: they reach the member API on the chart's Service.
+    stateful_set = json.loads(run("kubectl", "get", "sts/orders", "-n", namespace, "-o", "json"))
+    (container,) = stateful_set["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["KGO_COORDINATOR_URL"] == f"http://{OPERATOR}.{namespace}.svc:8080"
+
+
+@budget(waits=8, polls_s=TOPIC_WAIT_S + 3 * WAIT_S + 60 + 120)
 def test_consumer_group_lifecycle(namespace: str, operator: str) -> None:
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": os.environ["KGO_E2E_BOOTSTRAP"]})
-    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(TOPIC_WAIT_S)
 
     run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump(_group(namespace, topic)))
     _wait_ready(namespace)
+    _assert_the_charts_operator_reconciles(namespace)
     status = _status(namespace)
     assert status["readyMembers"] == 2
     assert sorted(m["instanceId"] for m in status["members"]) == ["orders-0", "orders-1"]
@@ -70,7 +100,10 @@ def test_consumer_group_lifecycle(namespace: str, operator: str) -> None:
 
     # A restarted pod is a temporary leave: it comes back with the same partitions.
     before = {m["instanceId"]: m["partitions"] for m in _status(namespace)["members"]}
-    run("kubectl", "delete", "pod", "orders-1", "-n", namespace, "--wait=true")
+    run(
+        "kubectl", "delete", "pod", "orders-1", "-n", namespace,
+        "--wait=true", f"--timeout={WAIT_S}s",
+    )  # fmt: skip
     _wait_ready(namespace)
     _wait_for(lambda: _status(namespace).get("readyMembers") == 3)
     after = {m["instanceId"]: m["partitions"] for m in _status(namespace)["members"]}
@@ -88,7 +121,7 @@ def test_consumer_group_lifecycle(namespace: str, operator: str) -> None:
     _wait_ready(namespace)
     assert sum(m["partitions"] for m in _status(namespace)["members"]) == 4
 
-    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", "--timeout=2m")
+    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
     _wait_for(
         lambda: (
             "orders" not in run("kubectl", "get", "statefulsets", "-n", namespace, "-o", "name")
@@ -97,6 +130,7 @@ def test_consumer_group_lifecycle(namespace: str, operator: str) -> None:
     )
 
 
+@budget(waits=2)
 def test_invalid_spec_is_reported(namespace: str, operator: str) -> None:
     group = _group(namespace, "no-such-topic-" + uuid.uuid4().hex[:6])
     group["metadata"]["name"] = "broken"
@@ -104,11 +138,12 @@ def test_invalid_spec_is_reported(namespace: str, operator: str) -> None:
     run(
         "kubectl", "wait", "cg/broken", "-n", namespace,
         "--for=jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}=UnknownTopic",
-        "--timeout=2m",
+        f"--timeout={WAIT_S}s",
     )  # fmt: skip
-    run("kubectl", "delete", "cg/broken", "-n", namespace, "--wait=true")
+    run("kubectl", "delete", "cg/broken", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
 
 
+@budget(waits=0, polls_s=120)
 def test_examples_pass_server_side_validation(namespace: str, operator: str) -> None:
     for path in sorted((ROOT / "examples").glob("*.yaml")):
         documents = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
@@ -118,3 +153,25 @@ def test_examples_pass_server_side_validation(namespace: str, operator: str) -> 
             "kubectl", "apply", "--dry-run=server", "-f", "-",
             stdin=yaml.safe_dump_all(documents),
         )  # fmt: skip
+
+
+@budget(waits=0, polls_s=300)
+def test_the_operator_identity_may_do_what_its_code_does(namespace: str, operator: str) -> None:
+    """The cluster's authorizer, asked as the chart's ServiceAccount, grants every verb the
+    code uses, ``update`` on the finalizers that OwnerReferencesPermissionEnforcement checks
+    (on by default in OpenShift) included."""
+    identity = f"system:serviceaccount:{namespace}:{OPERATOR}"
+    refused = []
+    for group, resource, verb in sorted(rbac.used()):
+        plural, _, subresource = resource.partition("/")
+        target = f"{plural}.{group}" if group else plural
+        command = [tool("kubectl"), "auth", "can-i", verb, target, "-n", namespace]
+        command += [f"--as={identity}"]
+        if subresource:
+            command += [f"--subresource={subresource}"]
+        answer = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, check=False
+        ).stdout.strip()
+        if answer != "yes":
+            refused.append((group, resource, verb, answer))
+    assert refused == []

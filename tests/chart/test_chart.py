@@ -125,7 +125,7 @@ def test_rbac_is_least_privilege() -> None:
     assert all("*" not in resource for _, resource in rules)
     assert rules[("", "secrets")] == {"get", "create"}
     assert rules[("", "pods")] == {"list", "watch"}
-    assert rules[("apps", "statefulsets")] == {"get", "create", "patch"}
+    assert rules[("apps", "statefulsets")] == {"get", "create", "patch", "delete"}
     assert rules[("", "services")] == {"get", "create"}
     assert rules[("kafkagroups.io", "consumergroups")] == {"get", "list", "watch", "patch"}
     assert rules[("kafkagroups.io", "consumergroups/status")] == {"get", "patch"}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import celpy.adapter
 import jsonschema
 import yaml
 
@@ -101,9 +102,9 @@ def _cel(environment: Any, schema: Mapping[str, Any], value: Any, old: Any) -> I
         if "oldSelf" in rule["rule"] and old is None:
             continue  # a transition rule applies only to updates of an existing value
         program = environment.program(environment.compile(rule["rule"]))
-        activation = {"self": celpy.json_to_cel(value)}
+        activation = {"self": celpy.adapter.json_to_cel(value)}
         if old is not None:
-            activation["oldSelf"] = celpy.json_to_cel(old)
+            activation["oldSelf"] = celpy.adapter.json_to_cel(old)
         if not bool(program.evaluate(activation)):
             yield str(rule.get("message", rule["rule"]))
     if isinstance(value, Mapping):

@@ -75,9 +75,11 @@ def kopf_needs() -> set[Need]:
     registry = kopf.get_default_registry()
     needs: set[Need] = {("", "events", "create")}
     for selector in registry._watching.get_all_selectors():
-        needs |= {(selector.group, str(selector.any_name), verb) for verb in ("list", "watch")}
+        needs |= {
+            (selector.group or "", str(selector.any_name), verb) for verb in ("list", "watch")
+        }
     for selector in registry._changing.get_all_selectors() | registry._spawning.get_all_selectors():
-        group, plural = selector.group, str(selector.any_name)
+        group, plural = selector.group or "", str(selector.any_name)
         needs |= {(group, plural, verb) for verb in ("list", "watch", "patch")}
         needs |= {(group, f"{plural}/status", "patch"), (group, f"{plural}/finalizers", "update")}
     return needs

@@ -68,10 +68,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [kafkagroups.io]
   resources: [consumergroups/finalizers, offsetsnapshots/finalizers]
   verbs: [update]
-# The consumers of each group.
+# The consumers of each group; deleted by the operator itself when the group is deleted,
+# so that its pods stop (and commit) before the group's token is discarded.
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create]
