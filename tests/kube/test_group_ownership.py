@@ -3,6 +3,7 @@ handlers against the API server, the embedded coordinator on the real broker."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
@@ -84,9 +85,17 @@ async def test_a_second_claimant_changes_nothing_even_across_a_restart_or_its_de
         owner = await restarted.call(restarted.state.runtime.group_owner(GROUP_ID))
         assert owner == messages.GroupOwner(NS, "orders", uid_of(kmock, NS, "orders"))
 
-        # Another tenant names the same group id, with other settings and deletionPolicy Delete.
+        # Another tenant names the same group id, with other settings, deletionPolicy Delete
+        # and an offset reset.
         await create_intruder(
-            kmock, intruder_body(topic, broker.bootstrap, assignor="range", deletionPolicy="Delete")
+            kmock,
+            intruder_body(
+                topic,
+                broker.bootstrap,
+                assignor="range",
+                deletionPolicy="Delete",
+                offsetReset={"to": "earliest", "dryRun": False},
+            ),
         )
         ready = await restarted.wait_for(
             lambda: (
@@ -105,8 +114,14 @@ async def test_a_second_claimant_changes_nothing_even_across_a_restart_or_its_de
                 and not obj.deleted
             ], resource  # fmt: skip
         await restarted.wait_for(lambda: restarted.state.tokens.token_for(GROUP_ID) == token)
+        # Time for the reset's timer (every 3 s) to have acted, had it been allowed to.
+        await asyncio.sleep(8)
+        intruder = kmock.get(CG, OTHER_NS, "intruder")
+        assert intruder is not None
+        assert "lastReset" not in (intruder.get("status") or {})
         description = await restarted.call(restarted.state.runtime.describe_group(GROUP_ID))
         assert description.assignor == "cooperative-sticky"
+        assert description.state != "Paused"
         async with aiohttp.ClientSession() as session:
             member.session = session
             status, reply = await member.heartbeat()

@@ -57,6 +57,18 @@ def group_id_of(body: Mapping[str, Any]) -> str:
     return specs.default_group_id(meta["namespace"], meta["name"])
 
 
+async def owns(
+    runtime: coordinator_runtime.CoordinatorRuntime, group_id: str, meta: Mapping[str, Any]
+) -> bool:
+    """Whether the resource with ``meta`` owns ``group_id`` now; False too while the
+    coordinator cannot tell (its partition is loading): callers act on a later attempt."""
+    try:
+        owner = await runtime.group_owner(group_id)
+    except coordinator_errors.CoordinatorError:
+        return False
+    return owner is not None and owner.uid == meta.get("uid")
+
+
 def conflict_message(group_id: str, owner: messages.GroupOwner) -> str:
     return (
         f"group id {group_id!r} is owned by ConsumerGroup {owner.namespace}/{owner.name}; "

@@ -39,7 +39,7 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle
+from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.kube import spark as kube_spark
@@ -495,6 +495,8 @@ async def _drive_offset_reset(
     if not offset_jobs.reset_pending(offset_reset, last):
         return
     group = consumer_groups.parse(body)
+    if not await ownership.owns(state.runtime, group.group_id, meta):
+        return  # a second claimant of the group id (GroupIdConflict) resets nobody's offsets
     fingerprint = offset_jobs.reset_fingerprint(offset_reset)
     stage = last.get("stage") if last.get("fingerprint") == fingerprint else None
     dry_run = bool(offset_reset.get("dryRun", True))
