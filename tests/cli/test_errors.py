@@ -41,6 +41,11 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
     (["groups"], USAGE, r"kgo groups: the following arguments are required: ACTION .*"),
     (["groups", "drop", "g"], USAGE, r"kgo groups: argument ACTION: invalid choice: 'drop' .*"),
     (
+        ["groups", "list", "--coordinator", "notaurl"],
+        USAGE,
+        r"kgo groups list: --coordinator: not an http\(s\) URL: 'notaurl'",
+    ),
+    (
         ["groups", "list", "--coordinator", "http://127.0.0.1:1"],
         RUNTIME,
         r"kgo groups list: cannot reach the coordinator at http://127.0.0.1:1: .*refused",

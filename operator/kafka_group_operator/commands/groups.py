@@ -24,6 +24,7 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -140,24 +141,31 @@ def coordinator(args: argparse.Namespace) -> Iterator[client.CoordinatorClient]:
 
 
 def list_groups(url: str, token: str | None) -> list[dict[str, Any]]:
+    """``GET /v1/groups``, with the coordinator's errors as the member client raises them."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise common.UsageError(f"--coordinator: not an http(s) URL: {url!r}")
     request = urllib.request.Request(f"{url.rstrip('/')}/v1/groups")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            groups: list[dict[str, Any]] = json.loads(response.read())["groups"]
-            return groups
+            raw = response.read()
     except urllib.error.HTTPError as error:
         try:
             body = json.loads(error.read())
-            raise errors.BY_NAME.get(body["error"], errors.CoordinatorError)(body["message"])
+            name, message = str(body["error"]), str(body["message"])
         except (ValueError, KeyError, TypeError):
             raise common.CommandError(f"HTTP {error.code} from {url}") from None
-    except (urllib.error.URLError, OSError) as error:
+        raise errors.BY_NAME.get(name, errors.CoordinatorError)(message) from None
+    except OSError as error:  # URLError, refused, timed out
         reason = getattr(error, "reason", error)
         raise common.CommandError(f"cannot reach the coordinator at {url}: {reason}") from None
-    except ValueError:
-        raise common.UsageError(f"--coordinator: not an http(s) URL: {url!r}") from None
+    try:
+        groups: list[dict[str, Any]] = json.loads(raw)["groups"]
+    except (ValueError, KeyError, TypeError):
+        raise common.CommandError(f"unexpected reply from {url}: {raw[:80]!r}") from None
+    return groups
 
 
 def run_list(args: argparse.Namespace) -> int:
