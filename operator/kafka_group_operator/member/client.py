@@ -37,6 +37,14 @@ STALE_CONNECTION_ERRORS = (
 )
 
 
+# Answers after which the connection is dropped, so that the next call reaches whichever
+# coordinator the address (a Kubernetes Service) leads to now, not the kept-alive one that just
+# said it is not, or no longer, the coordinator (e.g. fenced by a newer one). Kafka's consumer
+# rediscovers its coordinator on exactly these two (markCoordinatorUnknown in
+# AbstractHeartbeatRequestManager.onErrorResponse and CommitRequestManager).
+REDISCOVER_ERRORS = (errors.NotCoordinator, errors.CoordinatorNotAvailable)
+
+
 def _remaining(deadline: float | None) -> float:
     return math.inf if deadline is None else deadline - time.monotonic()
 
@@ -119,8 +127,11 @@ class CoordinatorClient:
             return decoded
         if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
             error_class = errors.BY_NAME.get(decoded["error"], errors.CoordinatorError)
+            if issubclass(error_class, REDISCOVER_ERRORS):
+                self._drop_connection()
             raise error_class(str(decoded.get("message", "")))
         if response.status >= 500:
+            self._drop_connection()
             raise CoordinatorUnreachable(f"HTTP {response.status} from the coordinator")
         raise errors.CoordinatorError(f"unexpected HTTP {response.status} from the coordinator")
 
