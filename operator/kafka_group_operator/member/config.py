@@ -63,11 +63,13 @@ class MemberConfig:
     member_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     rebalance_timeout_ms: int = 60_000
     commit_interval_ms: int = 5_000
-    # Without a successful heartbeat for this long, the member assumes it has been fenced
-    # and stops processing its partitions (no zombie work). Keep it well below the group's
-    # session timeout (Kafka's default is 45 s), so the partitions are given up before the
-    # coordinator hands them to someone else.
+    # Ownership is provably fresh for this long after the last successful heartbeat was sent:
+    # past that, the member hands out nothing more and gives its partitions up (no zombie
+    # work). Keep it well below the group's session timeout (Kafka's default is 45 s), so the
+    # partitions are given up before the coordinator hands them to someone else.
     lost_after_ms: int = 30_000
+    # The longest wait for any coordinator call; a heartbeat waits less while the member holds
+    # partitions: never past the moment ownership stops being fresh.
     request_timeout_s: float = 10.0
     poll_timeout_s: float = 0.1
 
