@@ -476,3 +476,25 @@ def test_the_reader_honours_the_options_spark_hands_it_lower_cased(spark: SparkS
     assert frame.rdd.getNumPartitions() == 3
     reader = source.StateTopicReader({"bootstrap": "b", "topic": "t", "kafkaconfig": '{"a": "1"}'})
     assert reader.kafka_config == {"a": "1"}
+
+
+def test_a_spark_failure_is_one_line_with_exit_code_1(
+    spark: SparkSession,
+    broker: embedded.EmbeddedBroker,
+    names: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Object-store paths are only checked by Spark: its error is one line, not the JVM's stack."""
+    create_topics(broker.bootstrap, (names["state"], STATE_PARTITIONS))
+    assert restore.main([
+        "--bootstrap", broker.bootstrap, "--topic", names["state"], "--group", names["group"],
+        "--to", "snapshot", "--snapshot", "nosuchscheme://bucket/nightly", "--dry-run",
+    ]) == 1  # fmt: skip
+    out, err = capsys.readouterr()
+    assert out == ""
+    errors = [line for line in err.splitlines() if line.startswith("kafka_group_jobs.")]
+    assert errors == [
+        "kafka_group_jobs.restore: error: org.apache.hadoop.fs.UnsupportedFileSystemException:"
+        ' No FileSystem for scheme "nosuchscheme"'
+    ]
+    assert "\tat " not in err
