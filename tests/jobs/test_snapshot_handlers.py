@@ -216,6 +216,41 @@ async def test_a_snapshot_of_a_missing_group_is_pending_until_the_group_exists(
     assert ready["reason"] == "Running"
 
 
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+@pytest.mark.parametrize(
+    ("status", "phase", "reason"),
+    [(422, "Failed", "InvalidTemplate"), (403, "Pending", "Forbidden")],
+)
+async def test_a_run_the_api_server_refuses_reaches_the_status(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+    status: int,
+    phase: str,
+    reason: str,
+) -> None:
+    refusal = kmock.reject(SPARK_APPS, status, "spec.driver.cores: Invalid value: 0")
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await create_snapshot(kmock, "refused", f"file://{tmp_path}", "operator")
+    found = await operator.wait_for(
+        lambda: (
+            (current := status_of(kmock, SNAPSHOTS, "refused")).get("phase") == phase and current
+        ),
+        60,
+    )
+    (ready,) = [c for c in found["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert "spec.driver.cores" in ready["message"]
+    if status == 403:
+        # Retried: once the RBAC allows it, the run starts without any edit.
+        kmock.rejections.remove(refusal)
+        await operator.wait_for(
+            lambda: status_of(kmock, SNAPSHOTS, "refused").get("sparkApplication"), 60
+        )
+
+
 @pytest.mark.kmock(cls=kube.ApiServer)
 async def test_a_reset_of_unknown_partitions_or_unsubscribed_topics_is_refused(
     kmock: kube.ApiServer, operator: kube.RunningOperator, data_topic: str, broker: Any

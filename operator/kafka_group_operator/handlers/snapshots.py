@@ -280,6 +280,34 @@ async def start_snapshot(
         raise kopf.TemporaryError(
             str(error), delay=consumer_groups.retry_delay(retry, base)
         ) from error
+    except kube_errors.Invalid as error:
+        # The API server refused the SparkApplication (e.g. spec.spark): only an edit helps.
+        message = f"the API server refused the run: {error}"
+        patch.status.update(
+            {
+                "phase": "Failed",
+                "message": message,
+                "conditions": ready(
+                    False, "InvalidTemplate", message, status.get("conditions"), generation
+                ),
+            }
+        )
+        raise kopf.PermanentError(message) from error
+    except kube_errors.Forbidden as error:
+        message = f"the operator may not start the run: {error}"
+        patch.status.update(
+            {
+                "phase": "Pending",
+                "message": message,
+                "conditions": ready(
+                    False, "Forbidden", message, status.get("conditions"), generation
+                ),
+            }
+        )
+        base = lifecycle.state_of(memo).config.retry_base_seconds
+        raise kopf.TemporaryError(
+            message, delay=consumer_groups.retry_delay(retry, base)
+        ) from error
     update["conditions"] = ready(
         False, "Running", update["message"], status.get("conditions"), generation
     )
