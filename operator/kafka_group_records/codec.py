@@ -45,7 +45,10 @@ style, version 0, so that fields can later be added as tagged fields:
 * 1000 GroupConfig: key ``group_id string``; value ``assignor compact_string,
   session_timeout_ms int32, rebalance_timeout_ms int32, heartbeat_interval_ms int32,
   offsets_retention_ms int64, assignment_paused int8 (0/1), topics compact_array[compact_string],
-  tagged_fields``.
+  tagged_fields``. Tag 0, present only while paused with targets to keep, is
+  ``paused_targets compact_array[member_id compact_string, topic_partitions
+  compact_array[TopicPartitions], tagged_fields]`` (TopicPartitions as in Kafka's
+  ``ConsumerGroupTargetAssignmentMemberValue``); versions without it read it as empty.
 * 1001 GroupLifecycle: key ``group_id string``; value ``empty_since_ms int64, tagged_fields``.
 * 1002 GroupOwner: key ``group_id string``; value ``namespace compact_string,
   name compact_string, uid compact_string, tagged_fields``.
@@ -95,6 +98,9 @@ _MEMBER_STATE_IDS_FIELD = bytes((0x01, 0xE8, 0x07, 0x01, MEMBER_STATE_IDS_KAFKA)
 # Kafka's UNKNOWN (127).
 _OLD_MEMBER_STATE_IDS = {0: 1, 1: 2, 2: 0}
 _KAFKA_UNKNOWN_MEMBER_STATE = 127
+
+# GroupConfigValue's tagged field for the targets kept while paused (our record, our tags).
+GROUP_CONFIG_PAUSED_TARGETS_TAG = 0
 
 
 class CodecError(ValueError):
@@ -159,8 +165,9 @@ class _Writer:
 
     __slots__ = ("buffer",)
 
-    def __init__(self, version: int) -> None:
-        self.buffer = bytearray(_INT16.pack(version))
+    def __init__(self, version: int | None) -> None:
+        """Starts with ``version`` as Kafka's int16 header; ``None`` for a bare section."""
+        self.buffer = bytearray() if version is None else bytearray(_INT16.pack(version))
 
     def int8(self, value: int) -> None:
         self.buffer += _INT8.pack(value)
@@ -328,6 +335,19 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.int64(value.offsets_retention_ms)
         writer.int8(1 if value.assignment_paused else 0)
         writer.compact_strings(value.topics)
+        if value.paused_targets:
+            section = _Writer(None)
+            section.uvarint(len(value.paused_targets) + 1)
+            for target in value.paused_targets:
+                section.compact_string(target.member_id)
+                section.topic_partitions(target.topic_partitions)
+                section.no_tagged_fields()
+            payload = section.done()
+            writer.uvarint(1)
+            writer.uvarint(GROUP_CONFIG_PAUSED_TARGETS_TAG)
+            writer.uvarint(len(payload))
+            writer.buffer += payload
+            return writer.done()
     elif isinstance(value, records.GroupLifecycleValue):
         writer.int64(value.empty_since_ms)
     elif isinstance(value, records.GroupOwnerValue):
@@ -432,6 +452,9 @@ class _Reader:
         count = self.compact_count()
         values: tuple[int, ...] = struct.unpack(f">{count}i", self._take(4 * count))
         return values
+
+    def skip(self, size: int) -> None:
+        self._take(size)
 
     def skip_tagged_fields(self) -> set[int]:
         """Skips a tagged-field section; returns the tags it held (their data is ignored)."""
@@ -642,14 +665,37 @@ def _current_assignment_value(reader: _Reader) -> records.RecordValue:
 
 
 def _group_config_value(reader: _Reader) -> records.RecordValue:
+    """Reads its own tagged fields: tag 0 holds the paused targets."""
+    assignor = reader.compact_string()
+    session_timeout_ms = reader.int32()
+    rebalance_timeout_ms = reader.int32()
+    heartbeat_interval_ms = reader.int32()
+    offsets_retention_ms = reader.int64()
+    assignment_paused = reader.int8() != 0
+    topics = reader.compact_strings()
+    paused_targets: list[records.MemberTarget] = []
+    for _ in range(reader.uvarint()):
+        tag = reader.uvarint()
+        size = reader.uvarint()
+        if tag != GROUP_CONFIG_PAUSED_TARGETS_TAG:
+            reader.skip(size)
+            continue
+        end = reader.pos + size
+        for _ in range(reader.compact_count()):
+            member_id = reader.compact_string()
+            paused_targets.append(records.MemberTarget(member_id, reader.topic_partitions()))
+            reader.skip_tagged_fields()
+        if reader.pos != end:
+            raise CodecError("paused targets do not fill their tagged field")
     return records.GroupConfigValue(
-        assignor=reader.compact_string(),
-        session_timeout_ms=reader.int32(),
-        rebalance_timeout_ms=reader.int32(),
-        heartbeat_interval_ms=reader.int32(),
-        offsets_retention_ms=reader.int64(),
-        assignment_paused=reader.int8() != 0,
-        topics=reader.compact_strings(),
+        assignor=assignor,
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        offsets_retention_ms=offsets_retention_ms,
+        assignment_paused=assignment_paused,
+        topics=topics,
+        paused_targets=tuple(paused_targets),
     )
 
 
@@ -658,7 +704,8 @@ def _load_marker_value(reader: _Reader) -> records.RecordValue:
 
 
 # Flexible version-0 values: the field decoder; the closing tagged fields are read after it,
-# except for the current assignment's, which its decoder reads.
+# except by the decoders that interpret some of them.
+_READS_OWN_TAGGED_FIELDS = frozenset({_current_assignment_value, _group_config_value})
 _FLEXIBLE_VALUE_DECODERS: dict[type, Callable[[_Reader], records.RecordValue]] = {
     records.ConsumerGroupMetadataKey: lambda r: records.ConsumerGroupMetadataValue(r.int32()),
     records.ConsumerGroupPartitionMetadataKey: _partition_metadata_value,
@@ -696,7 +743,7 @@ def decode_value(key: records.RecordKey, data: bytes | None) -> records.RecordVa
         raise UnsupportedValueVersion(f"{type(key).__name__} value version {version} (reads 0)")
     reader = _Reader(data, 2)
     value = decoder(reader)
-    if decoder is not _current_assignment_value:
+    if decoder not in _READS_OWN_TAGGED_FIELDS:
         reader.skip_tagged_fields()
     return value
 

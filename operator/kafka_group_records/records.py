@@ -188,11 +188,22 @@ class GroupConfigKey:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberTarget:
+    """One member's target assignment, kept in ``GroupConfigValue.paused_targets``."""
+
+    member_id: str
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class GroupConfigValue:
     """Settings the operator derives from the ConsumerGroup resource.
 
     ``assignment_paused`` makes the target assignment empty, so that every member revokes
     cooperatively (used by online offset resets); the partitions come back when cleared.
+    ``paused_targets`` holds, while paused, each member's target from just before the pause:
+    the resume hands it back as what the members owned, so that a sticky assignor gives
+    every member what it had instead of reshuffling.
     """
 
     assignor: str = "cooperative-sticky"
@@ -202,6 +213,7 @@ class GroupConfigValue:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     assignment_paused: bool = False
     topics: tuple[str, ...] = field(default=())
+    paused_targets: tuple[MemberTarget, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)

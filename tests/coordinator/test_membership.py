@@ -14,6 +14,7 @@ from kafka_group_records import records as schema
 from tests.coordinator.harness import (
     GROUP,
     TOPIC,
+    TOPIC_ID,
     Harness,
     current,
     parts,
@@ -343,7 +344,16 @@ def test_pause_revokes_everything_cooperatively_and_resume_gives_it_back() -> No
         records.new_group_epoch_record(GROUP, 3),
         records.new_group_config_record(
             GROUP,
-            schema.GroupConfigValue(assignor="range", assignment_paused=True, topics=(TOPIC,)),
+            schema.GroupConfigValue(
+                assignor="range",
+                assignment_paused=True,
+                topics=(TOPIC,),
+                # The targets to hand back on resume.
+                paused_targets=(
+                    schema.MemberTarget("m0", (schema.TopicPartitions(TOPIC_ID, (0, 1, 2)),)),
+                    schema.MemberTarget("m1", (schema.TopicPartitions(TOPIC_ID, (3, 4, 5)),)),
+                ),
+            ),
         ),
         target("m0"),
         target("m1"),

@@ -3,8 +3,14 @@
 A target is reached by reconciliation, which revokes before it assigns, so the coordinator
 runs ``sticky`` once where the client-side protocol runs ``cooperative-sticky`` until it
 settles. These properties show the one call loses nothing: over random groups (unequal
-subscriptions, racks, an owned target from the previous epoch) the eager target is valid,
-as balanced, and keeps at least as many owned partitions as the settled cooperative rounds.
+subscriptions, racks, an owned target from the previous epoch) the eager target is valid
+and as balanced, and with equal subscriptions and no racks it keeps at least as many owned
+partitions as the settled cooperative rounds. With unequal subscriptions (a greedy
+heuristic, like Kafka's ``GeneralAssignmentBuilder``) or racks (alignment ranks above
+stickiness) the rounds can end up keeping one more claim than the one call: for example,
+members on {c, a, b} owning c5-c9 and b0 with single-topic members on a, b and c; or a
+claim on another rack that the cooperative round withholds and the next round hands back
+to its holder because the aligned member is full by then.
 """
 
 from __future__ import annotations
@@ -83,7 +89,8 @@ def test_the_eager_target_is_the_settled_cooperative_one_at_least(spec: api.Grou
     if len({member.topics for member in spec.members.values()}) == 1:
         assert loads[-1] - loads[0] <= 1
         assert loads == settled_loads
-    assert kept(spec, eager) >= kept(spec, settled)
+        if not spec.partition_racks:
+            assert kept(spec, eager) >= kept(spec, settled)
 
 
 class Consumers:

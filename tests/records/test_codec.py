@@ -243,6 +243,31 @@ def test_member_metadata_bytes_and_classic_metadata_tag_is_skipped() -> None:
     assert codec.decode_value(key, with_tag) == value
 
 
+def test_group_config_keeps_paused_targets_in_tag_0() -> None:
+    value = records.GroupConfigValue(
+        assignor="sticky",
+        session_timeout_ms=1,
+        rebalance_timeout_ms=2,
+        heartbeat_interval_ms=3,
+        offsets_retention_ms=4,
+        assignment_paused=True,
+        topics=("t",),
+        paused_targets=(records.MemberTarget("m", (records.TopicPartitions(TOPIC_ID, (5,)),)),),
+    )
+    fields = (
+        "00 00 | 07 73 74 69 63 6b 79 | 00 00 00 01 | 00 00 00 02 | 00 00 00 03 |"
+        "00 00 00 00 00 00 00 04 | 01 | 02 02 74"
+    )
+    # One tagged field, tag 0, 27 bytes: [member "m", [TOPIC_ID: [5]], no tags].
+    tagged = "01 | 00 | 1b | 02 | 02 6d | 02" + TOPIC_ID.hex + "| 02 00 00 00 05 | 00 | 00"
+    expected = _hex(fields + "|" + tagged)
+    assert codec.encode_value(value) == expected
+    assert codec.decode_value(records.GroupConfigKey("g"), expected) == value
+    # Written by a version without paused targets: no tagged field, read as none.
+    unpaused = codec.decode_value(records.GroupConfigKey("g"), _hex(fields + "| 00"))
+    assert unpaused == records.GroupConfigValue("sticky", 1, 2, 3, 4, True, ("t",))
+
+
 def test_load_marker_key_has_no_fields() -> None:
     assert codec.encode_key(records.LoadMarkerKey()) == _hex("04 4c")
     assert codec.decode_key(_hex("04 4c")) == records.LoadMarkerKey()
@@ -481,6 +506,9 @@ _pairs: list[st.SearchStrategy[tuple[records.RecordKey, records.RecordValue]]] =
             offsets_retention_ms=_int64,
             assignment_paused=st.booleans(),
             topics=_name_tuples,
+            paused_targets=st.lists(
+                st.builds(records.MemberTarget, _names, _topic_partitions), max_size=3
+            ).map(tuple),
         ),
     ),
     st.tuples(

@@ -459,11 +459,16 @@ class Membership:
                 raise errors.InvalidRequest(f"{name} must be positive.")
         config = coordinator_records.group_config_from_settings(settings)
         existing = self._groups.get(settings.group_id)
+        old = existing.settings if existing is not None else group.DEFAULT_CONFIG
+        if config.assignment_paused and existing is not None:
+            # Pausing keeps every member's target in the config record (so that it
+            # survives restarts and compaction), for the resume to hand back.
+            kept = old.paused_targets if old.assignment_paused else _paused_targets(existing)
+            config = replace(config, paused_targets=kept)
         if existing is not None and existing.config == config:
             return result.Result(None, [])
         group_id = settings.group_id
         config_record = coordinator_records.new_group_config_record(group_id, config)
-        old = existing.settings if existing is not None else group.DEFAULT_CONFIG
         if (
             existing is None
             or not existing.members
@@ -474,6 +479,14 @@ class Membership:
         # bump goes first so that the group passes through ASSIGNING.
         group_epoch = existing.group_epoch + 1
         records = [coordinator_records.new_group_epoch_record(group_id, group_epoch), config_record]
+        resumed = (
+            {
+                target.member_id: coordinator_records.from_topic_partitions(target.topic_partitions)
+                for target in old.paused_targets
+            }
+            if old.assignment_paused and not config.assignment_paused
+            else None
+        )
         target_records, _ = self._assign(
             group_id,
             config,
@@ -481,6 +494,7 @@ class Membership:
             self._group_topics(existing),
             existing.assignment_epoch,
             group_epoch,
+            owned_before_pause=resumed,
         )
         records.extend(target_records)
         return result.Result(None, records)
@@ -547,13 +561,27 @@ class Membership:
         topics: Mapping[str, schema.TopicMetadata],
         assignment_epoch: int,
         group_epoch: int,
+        owned_before_pause: Mapping[str, TopicIdAssignment] | None = None,
     ) -> tuple[list[schema.Record], dict[str, TopicIdAssignment]]:
-        """Run the assignor and return the target records (changed members only + epoch)."""
+        """Run the assignor and return the target records (changed members only + epoch).
+
+        On a resume, ``owned_before_pause`` gives each member's target from before the
+        pause: the assignor sees it as owned (the current targets are all empty), so that
+        a sticky assignor hands every member back what it had.
+        """
         if settings.assignment_paused or not candidates:
             # A paused group's target is empty: every member revokes, cooperatively.
             targets: dict[str, TopicIdAssignment] = {member_id: {} for member_id in candidates}
         else:
-            targets = self._run_assignor(settings, candidates, topics, assignment_epoch)
+            assignor_input = candidates
+            if owned_before_pause:
+                assignor_input = {
+                    member_id: candidate._replace(target=owned_before_pause[member_id])
+                    if not candidate.target and member_id in owned_before_pause
+                    else candidate
+                    for member_id, candidate in candidates.items()
+                }
+            targets = self._run_assignor(settings, assignor_input, topics, assignment_epoch)
         records = [
             coordinator_records.new_target_assignment_record(group_id, member_id, target)
             for member_id, target in sorted(targets.items())
@@ -741,6 +769,15 @@ class Membership:
 
 # ---------------------------------------------------------------------------------------
 # Helpers
+
+
+def _paused_targets(existing: group.ConsumerGroup) -> tuple[schema.MemberTarget, ...]:
+    """Every member's current target, as the config record keeps it while paused."""
+    return tuple(
+        schema.MemberTarget(member_id, coordinator_records.to_topic_partitions(target))
+        for member_id, target in sorted(existing.target.items())
+        if member_id in existing.members and target
+    )
 
 
 def rebalance_timeout_ms(subscription: Subscription, settings: schema.GroupConfigValue) -> int:
