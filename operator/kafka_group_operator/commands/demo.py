@@ -505,8 +505,12 @@ class Screen:
             for instance, process in sorted(self.group.members.items())
         )
 
-    def show(self, caption: str, before: Mapping[TopicPartition, str], elapsed: str = "") -> None:
-        """One frame; ``before`` is who owned what when the step began (moves count from it)."""
+    def show(self, caption: str, before: dict[TopicPartition, str], elapsed: str = "") -> None:
+        """One frame; ``before`` is who owned what when the step began (moves count from it).
+
+        A partition first seen owned during the step (the first assignment) is added to
+        ``before``, so that handing it on later in the step counts as a move.
+        """
         try:
             description = self.group.describe()
             table = describe.render(description)
@@ -517,7 +521,9 @@ class Screen:
         except Exception as error:
             table, members = f"(coordinator not answering: {error})", []
         now = _owners(self.group)
-        moved = sorted(tp for tp, owner in now.items() if tp in before and before[tp] != owner)
+        for tp, owner in now.items():
+            before.setdefault(tp, owner)
+        moved = sorted(tp for tp, owner in now.items() if before[tp] != owner)
         moves = ", ".join(f"{t}[{p}] {before[(t, p)]}->{now[(t, p)]}" for t, p in moved)
         processes = self.processes()
         if not self.live:
@@ -546,11 +552,10 @@ class Screen:
         ``before``: who owned what when the step began, taken before its action (a member
         that left is no longer in the view, but its partitions moved); default: now.
         """
-        if before is None:
-            before = _owners(self.group)
+        start = _owners(self.group) if before is None else dict(before)
         deadline = time.monotonic() + seconds
         while True:
-            self.show(caption, before)
+            self.show(caption, start)
             if until is not None and until():
                 return True
             if time.monotonic() >= deadline:
