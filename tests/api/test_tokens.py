@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from aiohttp import test_utils
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.api import app, tokens
 from kafka_group_operator.coordinator import errors
+from kafka_group_operator.runtime import coordinator_runtime
 
 
 def test_a_token_is_valid_for_its_own_group_only() -> None:
@@ -74,3 +76,21 @@ def test_until_loaded_an_unknown_group_is_retriable_not_refused() -> None:
     store.mark_loaded()
     with pytest.raises(errors.GroupAuthorizationFailed):
         tokens.authorize(store, "b", "token-b")
+
+
+async def test_the_member_api_answers_load_in_progress_until_the_tokens_are_loaded() -> None:
+    store = tokens.GroupTokens(loaded=False)
+    # Authentication answers before the coordinator is asked anything: it is never started.
+    runtime = coordinator_runtime.CoordinatorRuntime(
+        coordinator_runtime.RuntimeConfig(bootstrap_servers="127.0.0.1:1")
+    )
+    async with test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, store))) as http:
+        headers = {"Authorization": "Bearer token-b"}
+        reply = await http.post("/v1/groups/b/heartbeat", json={}, headers=headers)
+        assert reply.status == 503
+        assert reply.headers["Retry-After"] == "1"
+        assert (await reply.json())["error"] == "COORDINATOR_LOAD_IN_PROGRESS"
+        store.mark_loaded()
+        reply = await http.post("/v1/groups/b/heartbeat", json={}, headers=headers)
+        assert reply.status == 403
+        assert (await reply.json())["error"] == "GROUP_AUTHORIZATION_FAILED"
