@@ -33,12 +33,19 @@ async def test_no_op_timers_are_silent_and_handler_lines_name_their_group(
     caplog.set_level(logging.INFO)
     await groups.create(kmock, groups.group_body(topic, broker.bootstrap))
     await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    # A pod of the group comes and goes: events the pod handler looks at and leaves alone.
+    await kube.api_call(kmock, "POST", groups.PODS_PATH, groups.pod("orders-0"))
+    await kube.api_call(kmock, "DELETE", f"{groups.PODS_PATH}/orders-0")
     # Every timer of the group ticks at least once meanwhile (the reset timer every 3 s).
     await asyncio.sleep(7.0)
     lines = _object_lines(caplog)
     assert any("reconcile" in record.getMessage() for record in lines)
-    timer_lines = [r.getMessage() for r in lines if r.getMessage().startswith("Timer ")]
-    assert timer_lines == []
+    no_op = [
+        r.getMessage()
+        for r in lines
+        if r.getMessage().startswith("Timer ") or "'pod_event'" in r.getMessage()
+    ]
+    assert no_op == []
     # kopf's formatter, as `kgo operator` installs it, prefixes each with [namespace/name].
     root = logging.getLogger()
     before = list(root.handlers), root.level

@@ -2,7 +2,8 @@
 
 * Each handler line carries its resource as ``[namespace/name]`` (kopf's per-object logger,
   formatted by kopf's prefixing formatter, which ``configure`` installs).
-* kopf logs "Timer '...' succeeded." at every tick of every timer of every resource; a timer
+* kopf logs "Timer '...' succeeded." at every tick of every timer of every resource, and
+  "Handler '...' succeeded." at every event of every watched pod; a timer or an event handler
   that did something says so itself, so those lines are dropped.
 * A handler that runs while the embedded coordinator starts is retried (``kopf.TemporaryError``
   with ``lifecycle.STARTING``); that is expected, so kopf's ERROR line about it becomes INFO.
@@ -20,15 +21,23 @@ from kafka_group_operator.handlers import lifecycle
 
 # kopf's logger of per-object lines (kopf._core.actions.loggers).
 OBJECT_LOGGER = "kopf.objects"
-_TIMER_SUCCEEDED = re.compile(r"^Timer '[^']*' succeeded\.$")
+_SUCCEEDED = re.compile(r"^(?P<kind>Timer|Handler) '(?P<id>[^']*)' succeeded\.$")
 
 
 class QuietExpected(logging.Filter):
-    """Drops no-op timer lines and lowers the coordinator-is-starting retries to INFO."""
+    """Drops no-op timer and event-handler lines; the coordinator-is-starting retries at INFO.
+
+    ``event_handlers`` are the ids of the handlers of watched events (kopf.on.event).
+    """
+
+    def __init__(self, event_handlers: frozenset[str]) -> None:
+        super().__init__()
+        self.event_handlers = event_handlers
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if record.levelno == logging.INFO and _TIMER_SUCCEEDED.match(message):
+        succeeded = _SUCCEEDED.match(message) if record.levelno == logging.INFO else None
+        if succeeded and (succeeded["kind"] == "Timer" or succeeded["id"] in self.event_handlers):
             return False
         if record.levelno >= logging.ERROR and message.endswith(
             f"failed temporarily: {lifecycle.STARTING}"
@@ -41,7 +50,8 @@ def install_filter() -> None:
     """Put ``QuietExpected`` on kopf's per-object logger, once per process."""
     target = logging.getLogger(OBJECT_LOGGER)
     if not any(isinstance(found, QuietExpected) for found in target.filters):
-        target.addFilter(QuietExpected())
+        watching = kopf.get_default_registry()._watching.get_all_handlers()
+        target.addFilter(QuietExpected(frozenset(str(handler.id) for handler in watching)))
 
 
 def configure(level: str) -> None:
