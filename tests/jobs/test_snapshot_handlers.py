@@ -251,6 +251,34 @@ async def test_a_run_the_api_server_refuses_reaches_the_status(
         )
 
 
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_a_failed_run_of_a_deleted_group_fails_with_the_reason(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+) -> None:
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await create_snapshot(kmock, "orphan", f"file://{tmp_path}", "operator")
+    first = await operator.wait_for(
+        lambda: status_of(kmock, SNAPSHOTS, "orphan").get("sparkApplication"), 60
+    )
+    await kube.api_call(
+        kmock, "DELETE", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
+    )
+    await operator.wait_for(lambda: kmock.get(CG, NS, "payments") is None, 30)
+    await set_application_state(kmock, first, {"state": "FAILED", "errorMessage": "OOMKilled"})
+    status = await operator.wait_for(
+        lambda: (found := status_of(kmock, SNAPSHOTS, "orphan")).get("phase") == "Failed" and found,
+        30,
+    )
+    (ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "GroupNotFound")
+    assert "OOMKilled" in status["message"]
+    assert "'payments'" in status["message"]
+
+
 @pytest.mark.kmock(cls=kube.ApiServer)
 async def test_a_reset_of_unknown_partitions_or_unsubscribed_topics_is_refused(
     kmock: kube.ApiServer, operator: kube.RunningOperator, data_topic: str, broker: Any

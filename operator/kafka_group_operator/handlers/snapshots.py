@@ -371,7 +371,17 @@ async def _follow_snapshot(
     attempts = int(status.get("attempts") or 1)
     retry, message = offset_jobs.next_attempt(attempts, outcome.reason or "the job failed")
     if retry:
-        update = await launch_snapshot(body, attempts + 1, memo)
+        try:
+            update = await launch_snapshot(body, attempts + 1, memo)
+        except (GroupNotFound, kube_errors.Invalid) as error:
+            # Nothing to retry with: the group is gone, or the API server refuses the run.
+            reason = "GroupNotFound" if isinstance(error, GroupNotFound) else "InvalidTemplate"
+            update = {"phase": "Failed", "message": f"{message}; no retry: {error}"}
+            update["conditions"] = ready(
+                False, reason, update["message"], status.get("conditions"), generation
+            )
+            patch.status.update(update)
+            return
         update["message"] = message
         update["conditions"] = ready(
             False, "Retrying", message, status.get("conditions"), generation
