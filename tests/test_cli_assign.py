@@ -35,8 +35,11 @@ def run(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[int, Any]:
-    text = document if isinstance(document, str) else json.dumps(document)
-    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    if isinstance(document, bytes):
+        data = document
+    else:
+        data = (document if isinstance(document, str) else json.dumps(document)).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
     code = cli.main(["assign", *args])
     captured = capsys.readouterr()
     assert captured.err == ""
@@ -179,6 +182,147 @@ def test_bad_input_is_an_error_object_and_exit_2(
     assert code == 2
     assert list(output) == ["error"]
     assert message in output["error"]
+
+
+# Malformed input found by fuzzing: each is refused in one line, with exit code 2.
+ONE_TOPIC = {"partitions_per_topic": {"t": 3}}
+MALFORMED = [
+    pytest.param(b"[" * 100_000, "nested too deeply", id="deep-nesting"),
+    pytest.param(
+        b'{"partitions_per_topic": {"t": 1' + b"0" * 5_000 + b'}, "members": {}}',
+        "a number of 5001 digits",
+        id="5000-digit-number",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 10**18}, "members": {}},
+        "partitions_per_topic.t is 1000000000000000000, outside Kafka's int32",
+        id="10^18-partitions",
+    ),
+    pytest.param(
+        {"partitions_per_topic": {"t": 600_000, "u": 600_000}, "members": {}},
+        "1200000 partitions in all; at most 1000000",
+        id="too-many-partitions",
+    ),
+    pytest.param(
+        {**ONE_TOPIC, "members": {"m": {"topics": ["t"], "owned": [["t", 3]]}}},
+        "members.m.owned[0]: 't' has partitions 0 to 2, not 3",
+        id="owned-beyond-the-count",
+    ),
+    pytest.param(
+        {**ONE_TOPIC, "members": {"m": {"topics": ["t"], "owned": [["t", -1]]}}},
+        "'t' has partitions 0 to 2, not -1",
+        id="owned-negative",
+    ),
+    pytest.param(
+        {**ONE_TOPIC, "members": {"m": {"topics": ["t"], "owned": [["u", 0]]}}},
+        "members.m.owned[0]: topic 'u' is not in partitions_per_topic",
+        id="owned-unknown-topic",
+    ),
+    pytest.param(
+        {
+            **ONE_TOPIC,
+            "members": {
+                "a": {"topics": ["t"], "owned": [["t", 1]], "generation": 4},
+                "b": {"topics": ["t"], "owned": [["t", 1]], "generation": 4},
+            },
+        },
+        "'t' 1 is owned by both 'a' and 'b' at 4 generation",
+        id="owned-by-two-members",
+    ),
+    pytest.param(
+        {
+            **ONE_TOPIC,
+            "members": {
+                "a": {"topics": ["t"], "owned": [["t", 0]]},
+                "b": {"topics": ["t"], "owned": [["t", 0]]},
+            },
+        },
+        "'t' 0 is owned by both 'a' and 'b' at no generation",
+        id="owned-by-two-members-without-generation",
+    ),
+    pytest.param(
+        {**ONE_TOPIC, "members": {"m": {"topics": ["t"], "owned": [["t", 0], ["t", 0]]}}},
+        "members.m.owned lists 't' 0 twice",
+        id="owned-twice",
+    ),
+    pytest.param(
+        b'{"partitions_per_topic": {"t\xff": 1}, "members": {}}',
+        "not UTF-8: byte 28 (invalid start byte)",
+        id="invalid-utf-8",
+    ),
+    pytest.param(
+        '{"partitions_per_topic": {"t": 1}, "members": {"m\\ud800": {"topics": ["t"]}}}',
+        "a member id is not valid Unicode (a lone surrogate)",
+        id="lone-surrogate",
+    ),
+    pytest.param(
+        '{"partitions_per_topic": {"t": NaN}, "members": {}}',
+        "NaN is not a JSON number",
+        id="nan",
+    ),
+    pytest.param(
+        {**ONE_TOPIC, "members": {"m": {"topics": ["t"], "generation": 2**31}}},
+        "members.m.generation is 2147483648, outside Kafka's int32",
+        id="generation-beyond-int32",
+    ),
+    pytest.param(b" " * (32 * 1024 * 1024 + 1), "more than 33554432 bytes", id="oversized"),
+]
+
+
+@pytest.mark.parametrize(("document", "message"), MALFORMED)
+def test_malformed_input_is_refused_in_one_line_with_exit_2(
+    document: object,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, output = run([], document, capsys, monkeypatch)
+    assert code == 2
+    assert list(output) == ["error"]
+    assert message in output["error"]
+
+
+def test_claims_at_different_generations_are_kafkas_stale_owner_case(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = {
+        **ONE_TOPIC,
+        "assignor": "sticky",
+        "members": {
+            "a": {"topics": ["t"], "owned": [["t", 0]], "generation": 2},
+            "b": {"topics": ["t"], "owned": [["t", 0], ["t", 1]], "generation": 1},
+        },
+    }
+    code, output = run([], document, capsys, monkeypatch)
+    assert code == 0
+    # The higher generation keeps t-0; b keeps the rest of its claims.
+    assert output == {"assignment": {"a": [["t", 0], ["t", 2]], "b": [["t", 1]]}}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 100_000,
+        b'{"partitions_per_topic": {"t": 1' + b"0" * 5_000 + b'}, "members": {}}',
+        json.dumps(
+            {"partitions_per_topic": {"t": 10**18}, "members": {"m": {"topics": ["t"]}}}
+        ).encode(),
+        b'{"partitions_per_topic": {"t\xff": 1}, "members": {}}',
+    ],
+    ids=["deep-nesting", "5000-digit-number", "10^18-partitions", "invalid-utf-8"],
+)
+def test_malformed_input_in_a_real_process_is_one_line_without_traceback(data: bytes) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "kafka_group_operator", "assign"],
+        input=data,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr == b""
+    [line] = completed.stdout.splitlines()
+    assert list(json.loads(line)) == ["error"]
 
 
 def test_missing_input_file_is_an_error(

@@ -11,7 +11,13 @@ Input (stdin, or ``--input FILE``)::
 Only ``topics`` is required per member; ``partition_racks`` gives the replica racks of each
 partition. Output: ``{"assignment": {"m1": [["t1", 0], ...]}}``, or with ``--rounds``
 ``{"rounds": [...]}``, one member -> partitions object per round until a round revokes
-nothing. Invalid input prints ``{"error": "..."}`` and exits with 2.
+nothing. Invalid input prints one line, ``{"error": "..."}``, and exits with 2.
+
+Input is hostile until checked: at most 32 MiB of strict UTF-8 JSON, no lone surrogates in
+strings, integers of at most 20 digits, at most 1,000,000 partitions in all (a topic's count
+and partition numbers are Kafka's int32s), owned partitions that exist, and no partition
+owned by two members at the same generation (claims at different generations are how
+Kafka's assignors meet a stale owner: the highest generation keeps the partition).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from kafka_group_operator.assignors import api, rounds
 
 DEFAULT_ASSIGNOR = "cooperative-sticky"
 INVALID_INPUT = 2
+MAX_INPUT_BYTES = 32 * 1024 * 1024
+MAX_PARTITIONS = 1_000_000
+MAX_INT_DIGITS = 20  # an int64 with its sign; the fields themselves are int32
+INT32_MAX = 2**31 - 1
 MEMBER_FIELDS = frozenset({"topics", "owned", "generation", "rack", "instance_id"})
 TOP_LEVEL_FIELDS = frozenset({"assignor", "partitions_per_topic", "partition_racks", "members"})
 
@@ -57,8 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     try:
-        text = _read(args.input)
-        document = json.loads(text)
+        document = _decode(_read(args.input))
         name, spec, member_order = parse(document)
         assignor = assignors.get(args.assignor or name)
         if args.rounds:
@@ -66,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
             output: dict[str, Any] = {"rounds": [_render(r, member_order) for r in results]}
         else:
             output = {"assignment": _render(assignor.assign(spec), member_order)}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, InputError) as error:
+    except OSError as error:
+        return _fail(f"invalid input: {error.strerror or error}: {error.filename or 'stdin'}")
+    except InputError as error:
         return _fail(f"invalid input: {error}")
     except rounds.UnsettledError as error:
         return _fail(str(error), code=1)
@@ -81,11 +92,41 @@ def _fail(message: str, code: int = INVALID_INPUT) -> int:
     return code
 
 
-def _read(path: str | None) -> str:
+def _read(path: str | None) -> bytes:
+    """At most ``MAX_INPUT_BYTES`` of stdin or ``path``, as bytes: decoding is ours."""
     if path is None:
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as source:
-        return source.read()
+        data: bytes = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    else:
+        with open(path, "rb") as source:
+            data = source.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"more than {MAX_INPUT_BYTES} bytes")
+    return data
+
+
+def _decode(data: bytes) -> object:
+    """The JSON document in ``data``; every way it can be malformed is an ``InputError``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"not UTF-8: byte {error.start} ({error.reason})") from None
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+    except json.JSONDecodeError as error:
+        raise InputError(f"not JSON: {error}") from None
+    except RecursionError:
+        raise InputError("not JSON this service reads: nested too deeply") from None
+
+
+def _parse_int(text: str) -> int:
+    # Python refuses to convert very long digit strings (and is slow on long ones).
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise InputError(f"a number of {len(text)} digits; integers have at most 20")
+    return int(text)
+
+
+def _parse_constant(text: str) -> object:
+    raise InputError(f"not JSON: {text} is not a JSON number")
 
 
 def _render(assignment: api.GroupAssignment, member_order: list[str]) -> dict[str, Any]:
@@ -98,20 +139,43 @@ def parse(document: object) -> tuple[str, api.GroupSpec, list[str]]:
     """The assignor name, the group and the members in input order; raises InputError."""
     top = _object(document, "the input")
     _no_unknown(top, TOP_LEVEL_FIELDS, "the input")
-    name = top.get("assignor", DEFAULT_ASSIGNOR)
-    if not isinstance(name, str):
-        raise InputError("assignor must be a string")
+    name = _string(top.get("assignor", DEFAULT_ASSIGNOR), "assignor")
     counts: dict[str, int] = {}
     for topic, count in _object(top.get("partitions_per_topic"), "partitions_per_topic").items():
-        counts[topic] = _count(count, f"partitions_per_topic.{topic}")
+        where = f"partitions_per_topic.{_string(topic, 'a topic name')}"
+        counts[topic] = _count(count, where, INT32_MAX)
+    total = sum(counts.values())
+    if total > MAX_PARTITIONS:
+        raise InputError(f"{total} partitions in all; at most {MAX_PARTITIONS}")
     partition_racks = _partition_racks(top.get("partition_racks", {}), counts)
     members: dict[str, api.MemberSubscription] = {}
     for member_id, member in _object(top.get("members"), "members").items():
-        members[member_id] = _member(member, f"members.{member_id}")
+        where = f"members.{_string(member_id, 'a member id')}"
+        members[member_id] = _member(member, where, counts)
+    _no_double_claims(members)
     spec = api.GroupSpec(
         members=members, partitions_per_topic=counts, partition_racks=partition_racks
     )
     return name, spec, list(members)
+
+
+def _no_double_claims(members: Mapping[str, api.MemberSubscription]) -> None:
+    """Refuse a partition owned by two members at one generation (or twice by one)."""
+    claimed: dict[tuple[api.TopicPartition, int | None], str] = {}
+    for member_id, member in members.items():
+        mine: set[api.TopicPartition] = set()
+        for claim in member.owned:
+            topic, partition = claim
+            if claim in mine:
+                raise InputError(f"members.{member_id}.owned lists {topic!r} {partition} twice")
+            mine.add(claim)
+            other = claimed.setdefault((claim, member.generation), member_id)
+            if other != member_id:
+                generation = "no" if member.generation is None else member.generation
+                raise InputError(
+                    f"{topic!r} {partition} is owned by both {other!r} and {member_id!r} at "
+                    f"{generation} generation; only claims at different generations can meet"
+                )
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
@@ -130,25 +194,40 @@ def _integer(value: object, where: str) -> int:
     # bool is an int in Python but not in JSON.
     if not isinstance(value, int) or isinstance(value, bool):
         raise InputError(f"{where} must be an integer")
+    if not -INT32_MAX - 1 <= value <= INT32_MAX:
+        raise InputError(f"{where} is {value}, outside Kafka's int32")
     return value
 
 
-def _count(value: object, where: str) -> int:
+def _count(value: object, where: str, limit: int) -> int:
     count = _integer(value, where)
     if count < 0:
         raise InputError(f"{where} must not be negative")
+    if count > limit:
+        raise InputError(f"{where} is {count}, more than {limit}")
     return count
 
 
-def _optional_string(value: object, where: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise InputError(f"{where} must be a string or null")
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{where} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # JSON's \ud800 escapes can spell a lone surrogate, which is not text.
+        raise InputError(f"{where} is not valid Unicode (a lone surrogate)") from None
     return value
+
+
+def _optional_string(value: object, where: str) -> str | None:
+    return None if value is None else _string(value, where)
 
 
 def _strings(value: object, where: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise InputError(f"{where} must be a list of strings")
+    for index, item in enumerate(value):
+        _string(item, f"{where}[{index}]")
     return value
 
 
@@ -169,7 +248,7 @@ def _partition_racks(value: object, counts: Mapping[str, int]) -> dict[str, list
     return result
 
 
-def _member(value: object, where: str) -> api.MemberSubscription:
+def _member(value: object, where: str, counts: Mapping[str, int]) -> api.MemberSubscription:
     member = _object(value, where)
     _no_unknown(member, MEMBER_FIELDS, where)
     if "topics" not in member:
@@ -183,7 +262,15 @@ def _member(value: object, where: str) -> api.MemberSubscription:
         place = f"{where}.owned[{index}]"
         if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str):
             raise InputError(f"{place} must be a [topic, partition] pair")
-        owned.append((pair[0], _count(pair[1], place)))
+        topic = _string(pair[0], place)
+        if topic not in counts:
+            raise InputError(f"{place}: topic {topic!r} is not in partitions_per_topic")
+        partition = _integer(pair[1], place)
+        if not 0 <= partition < counts[topic]:
+            raise InputError(
+                f"{place}: {topic!r} has partitions 0 to {counts[topic] - 1}, not {partition}"
+            )
+        owned.append((topic, partition))
     generation = member.get("generation")
     if generation is not None:
         generation = _integer(generation, f"{where}.generation")
