@@ -14,7 +14,8 @@ a local subprocess.
 ``run`` wraps a job's ``main``: a wrong invocation (``errors.UsageError``, and every
 ``argparse`` error) is one line on stderr and exit 2; a failure at run time
 (``errors.JobError``, a Spark error) is one line and exit 1. Jobs check what they can (the
-arguments, the broker, the topic, the paths, the coordinator) before they start Spark.
+arguments, the broker, the topic, the paths, the coordinator) before they start Spark, and
+before they import it: this module and the jobs' ``main`` import no pyspark until then.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from pyspark.sql import DataFrame, SparkSession
+from kafka_group_jobs import errors, topics
 
-from kafka_group_jobs import errors, source, topics
+if TYPE_CHECKING:  # pyspark is imported only once a job runs Spark (see ``run``)
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kafka_group_jobs import source
 
 RESULT_PREFIX = "KGO-RESULT "
 DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
@@ -153,6 +157,8 @@ def read_state(
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
+    from kafka_group_jobs import source
+
     ends = topics.mark_ends(bootstrap, topic, config, partitions)
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)

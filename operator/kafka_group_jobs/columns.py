@@ -16,6 +16,9 @@ from typing import Any
 
 from kafka_group_records import records
 
+# The targets of a restore (its ``--to``), as ``transforms.requested_offsets`` computes them.
+RESET_KINDS = ("earliest", "latest", "offset", "datetime", "duration", "shift-by", "snapshot")
+
 # Spark DDL of a decoded state-topic record; the order matches ``decode_row``.
 STATE_RECORD_DDL = ", ".join(
     (

@@ -11,18 +11,23 @@ keys), and writes the checkpoint described in ``kafka_group_records.checkpoint``
 
 A loader replays the checkpoint's records, then the log from the covered offsets on; it
 reaches the same state as replaying the whole log.
+
+Spark's own modules (``session``, ``transforms``, ``progress``) are imported by the functions
+that run Spark, not at the top: importing pyspark alone takes a second or more, and a wrong
+invocation must fail before that.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-
-from kafka_group_jobs import arguments, errors, progress, session, storage, topics, transforms
+from kafka_group_jobs import arguments, errors, storage, topics
 from kafka_group_records import checkpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
@@ -38,6 +43,8 @@ def compact(
     config: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Writes the checkpoint (and the tombstones); returns the checkpoint's manifest."""
+    from kafka_group_jobs import progress, transforms
+
     config = config or {}
     now = topics.now_ms() if now_ms is None else now_ms
     state, ends, ranges = arguments.read_state(spark, bootstrap, state_topic, config)
@@ -112,6 +119,8 @@ def _main(argv: Sequence[str] | None) -> int:
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
+    from kafka_group_jobs import session  # only now: see the module docstring
+
     with session.job_session("kafka-group-compaction", args.master) as spark:
         result = compact(
             spark,

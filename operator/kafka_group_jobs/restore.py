@@ -26,6 +26,10 @@ and every committed offset past the log end the broker reports gets a warning.
 Before Spark starts, the job checks its arguments, the snapshot's manifest (on a file system),
 the broker and the state topic, and with ``--coordinator-url`` the token and, unless it only
 plans, that the group is empty or paused: the coordinator would refuse the commit anyway.
+
+Spark's own modules (``session``, ``transforms``, ``progress``) are imported by the functions
+that run Spark, not at the top: importing pyspark alone takes a second or more, and a wrong
+invocation must fail before that.
 """
 
 from __future__ import annotations
@@ -38,21 +42,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-
-from kafka_group_jobs import (
-    arguments,
-    errors,
-    progress,
-    session,
-    snapshot,
-    storage,
-    topics,
-    transforms,
-)
+from kafka_group_jobs import arguments, columns, errors, snapshot, storage, topics
 from kafka_group_records import codec, partitioning, records
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 COORDINATOR_TIMEOUT_S = 10
@@ -97,6 +93,8 @@ def plan(
     config: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows to write and the snapshot partitions that no longer exist."""
+    from kafka_group_jobs import progress, transforms
+
     config = config or {}
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
@@ -361,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = arguments.parser("restore", "Reset or restore a consumer group's committed offsets.")
     parser.add_argument("--group", required=True)
-    parser.add_argument("--to", required=True, choices=transforms.RESET_KINDS)
+    parser.add_argument("--to", required=True, choices=columns.RESET_KINDS)
     parser.add_argument("--value", type=int, help="the offset, or the shift")
     parser.add_argument("--datetime", help="ISO-8601 time (UTC unless it names a zone)")
     parser.add_argument("--duration", help="ISO-8601 duration back from now, e.g. PT1H")
@@ -410,6 +408,8 @@ def _main(argv: Sequence[str] | None) -> int:
         },
     }
     written_to = None
+    from kafka_group_jobs import session  # only now: see the module docstring
+
     with session.job_session("kafka-group-restore", args.master) as spark:
         rows, missing = plan(
             spark,

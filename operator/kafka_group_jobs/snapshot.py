@@ -17,6 +17,10 @@ A group with no committed offsets (often a misspelled group id) fails the job, a
 written, unless ``--allow-empty`` is given. The job prints the snapshot as a table (``--json``:
 the manifest as the ``KGO-RESULT`` line) and warns on every committed offset past the log end
 the broker reports.
+
+Spark's own modules (``session``, ``transforms``, ``progress``) are imported by the functions
+that run Spark, not at the top: importing pyspark alone takes a second or more, and a wrong
+invocation must fail before that.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-
-from kafka_group_jobs import arguments, errors, progress, session, storage, topics, transforms
+from kafka_group_jobs import arguments, errors, storage, topics
 from kafka_group_records import partitioning
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 OFFSETS_FILE = "offsets.parquet"
 MANIFEST_FILE = "manifest.json"
@@ -50,6 +55,8 @@ def take(
     Without ``allow_empty``, a group with no committed offsets raises ``JobError`` before
     anything is written.
     """
+    from kafka_group_jobs import progress, transforms
+
     config = config or {}
     taken_at = topics.now_ms()
     state_partition = partitioning.partition_for(
@@ -185,6 +192,8 @@ def _main(argv: Sequence[str] | None) -> int:
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
+    from kafka_group_jobs import session  # only now: see the module docstring
+
     with session.job_session("kafka-group-snapshot", args.master) as spark:
         manifest = take(
             spark,

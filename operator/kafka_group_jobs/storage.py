@@ -20,11 +20,12 @@ import os
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from kafka_group_jobs import errors
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PVC_MOUNT_ROOT = "/mnt/kgo"
 

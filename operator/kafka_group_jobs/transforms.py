@@ -178,7 +178,7 @@ def checkpoint_records(latest: DataFrame, tombstones: DataFrame) -> DataFrame:
 # ---------------------------------------------------------------------------------------
 # Restore and reset
 
-RESET_KINDS = ("earliest", "latest", "offset", "datetime", "duration", "shift-by", "snapshot")
+RESET_KINDS = columns.RESET_KINDS
 
 
 def in_scope(

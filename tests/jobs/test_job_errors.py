@@ -297,3 +297,16 @@ def test_the_kafka_clients_own_log_is_one_summary_not_a_flood(
     assert message.startswith("cannot describe topic 'state': ")
     assert " (the Kafka client logged " in message
     assert " lines; the last: " in message
+
+
+def test_a_wrong_invocation_fails_before_pyspark_is_even_imported() -> None:
+    """Importing pyspark takes a second or more: the checks come first."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kafka_group_jobs.restore", "--bootstrap",
+         REFUSED, "--group", "g", "--to", "latest"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    imported = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert any("confluent_kafka" in line for line in imported)  # the check did import the client
+    assert not [line for line in imported if "pyspark" in line]
