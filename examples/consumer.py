@@ -28,12 +28,17 @@ def main() -> None:
         # Offsets processed so far are committed before the partitions are released.
         log.info("handing over %s; top words so far: %s", sorted(partitions), words.most_common(3))
 
+    def lost(partitions: frozenset[tuple[str, int]]) -> None:
+        # No commit: the member could not prove it still owned them (fenced, cut off from the
+        # coordinator, or frozen past its deadline), and another member may have them already.
+        log.warning("lost %s: uncommitted messages will be processed again", sorted(partitions))
+
     try:
         config = MemberConfig.from_env()
     except ConfigError as error:
         # A missing or wrong variable is one line, not a traceback.
         raise SystemExit(f"consumer: {error}") from None
-    with GroupMember(config, on_revoked=revoked) as member:
+    with GroupMember(config, on_revoked=revoked, on_lost=lost) as member:
         # SIGTERM (pod deletion, rolling update): finish the message in hand, commit, and
         # leave temporarily, so a restart within the session timeout keeps the partitions.
         member.install_signal_handlers()

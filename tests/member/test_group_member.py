@@ -356,6 +356,17 @@ def test_a_member_behind_a_black_hole_hands_out_nothing_after_its_deadline(
         link.close()
 
 
+def test_a_refused_token_is_fatal(coordinator: demo.LocalGroup) -> None:
+    """GROUP_AUTHORIZATION_FAILED is fatal, as in Kafka's consumer: retrying cannot help."""
+    name = topic(coordinator, "instance")
+    refused = running(config(coordinator, name, token="not-the-group-token"))
+    assert refused.thread is not None
+    refused.thread.join(20)
+    assert isinstance(refused.failure, MemberError)
+    assert isinstance(refused.failure.__cause__, errors.GroupAuthorizationFailed)
+    assert refused.processed == []
+
+
 def test_a_fenced_instance_id_is_fatal(coordinator: demo.LocalGroup) -> None:
     name = topic(coordinator, "instance")
     link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
