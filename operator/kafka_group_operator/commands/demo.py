@@ -762,9 +762,17 @@ def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) 
         resumed.update(first_processed(group, instances, since))
         return set(resumed) >= set(restored)
 
+    # A member works through one partition's backlog before the next one's first message
+    # (a fetch brings a partition's records in one batch), so the wait grows with what is
+    # replayed: the messages past the snapshot, at work_ms each, shared by the members. The
+    # Spark jobs take minutes on a busy machine, and the producer runs meanwhile.
+    backlog = sum(
+        offset - saved[tp] for tp, offset in current.items() if tp in saved and offset is not None
+    )
+    replay_s = backlog * group.work_ms / 1000 / max(len(instances), 1)
     if not screen.watch(
         f"scaled back to {len(instances)}: the new members start from the restored offsets",
-        30,
+        30 + 2 * replay_s,
         until=every_partition_resumed,
     ):
         raise DemoFailed(
@@ -777,12 +785,9 @@ def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) 
     )
     if resumed != restored:
         raise DemoFailed("the members did not resume at the restored offsets")
-    again = sum(
-        offset - saved[tp] for tp, offset in current.items() if tp in saved and offset is not None
-    )
     screen.note(
         f"they resumed exactly at the snapshot on all {len(resumed)} partitions:",
-        f"the {again} messages processed after it are processed again, as a restore asks",
+        f"the {backlog} messages processed after it are processed again, as a restore asks",
     )
     screen.watch("restored and consuming", 5)
 
