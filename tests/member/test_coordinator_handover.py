@@ -1,13 +1,16 @@
-"""A member whose coordinator is fenced by a newer one on the same state topic.
+"""Members while their coordinator changes: restarted, or fenced by a newer one.
 
-The old coordinator keeps running and answers ``NOT_COORDINATOR``; the member's address (a
-Kubernetes Service, here a loopback proxy) now leads to the new one. The member must treat
-``NOT_COORDINATOR`` as retriable, never fatal, and, as Kafka's consumer rediscovers its
-coordinator on it, leave the kept-alive connection to the fenced coordinator for a new one.
+The members reach the coordinator through a loopback proxy standing for the Kubernetes
+Service, which the test points at the new coordinator. A restarting coordinator refuses
+connections, then answers ``COORDINATOR_LOAD_IN_PROGRESS`` while it loads; a fenced one keeps
+running and answers ``NOT_COORDINATOR``. Members retry all of these, never fail on them, and,
+as Kafka's consumer rediscovers its coordinator on ``NOT_COORDINATOR``, leave the kept-alive
+connection to a fenced coordinator for a new one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -108,3 +111,57 @@ def test_a_member_of_a_fenced_coordinator_moves_to_the_new_one(group: demo.Local
         if old_process is not None and old_process.poll() is None:
             old_process.terminate()
             old_process.wait(15)
+
+
+RESTARTS = 3
+
+
+def test_coordinator_restarts_fail_no_member_and_move_no_partition(
+    group: demo.LocalGroup,
+) -> None:
+    """Each restart is quicker than ``lost_after_ms`` (half the session timeout), so nothing
+    at all may change: no member process exits, none loses or is revoked a partition."""
+    group.session_timeout_ms = 20_000  # read by members from their environment
+    service = proxy.Proxy("127.0.0.1", port(group.coordinator_url))
+    try:
+        for instance in ("member-0", "member-1"):
+            group.start_member(instance, env={"KGO_COORDINATOR_URL": service.url})
+        group.wait_settled({"member-0", "member-1"}, timeout=30)
+        before = group.ownership()
+        since = time.time()
+        for _ in range(RESTARTS):
+            restart_coordinator(group, service)
+            group.wait_settled({"member-0", "member-1"}, timeout=30)
+            assert group.ownership() == before
+        for instance, process in group.members.items():
+            assert process.poll() is None, f"{instance} exited"
+            changes = [
+                event["e"]
+                for event in demo.Journal.read(group.journal_path(instance)).events
+                if event["t"] >= since and event["e"] in ("start", "lost", "revoked", "assigned")
+            ]
+            assert changes == [], f"{instance}: {changes}"
+    finally:
+        group.stop_members(sorted(group.members))
+        service.close()
+
+
+def restart_coordinator(group: demo.LocalGroup, service: proxy.Proxy) -> None:
+    """Kill the coordinator (a crash, a lost node), start a new one, and point the Service at
+    it as soon as its process exists: members meet it refusing connections, and may meet it
+    answering COORDINATOR_LOAD_IN_PROGRESS while it loads."""
+    old_process, old_url = group.coordinator, group.coordinator_url
+    assert old_process is not None
+    old_process.kill()
+    old_process.wait()
+    service.cut()  # the old pod's connections are gone with it
+    starting = threading.Thread(target=group.start_coordinator, daemon=True)
+    starting.start()
+    deadline = time.monotonic() + 30
+    while group.coordinator_url == old_url:
+        assert time.monotonic() < deadline, "the new coordinator did not start"
+        time.sleep(0.01)
+    service.retarget("127.0.0.1", port(group.coordinator_url))
+    service.restore()
+    starting.join(60)
+    assert not starting.is_alive(), "the new coordinator did not get ready"
