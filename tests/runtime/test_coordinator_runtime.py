@@ -265,8 +265,53 @@ async def test_group_lag_is_log_end_minus_committed(broker: embedded.EmbeddedBro
     config = _config(broker.bootstrap, logs.unique_topic())
     async with groups.running(config) as runtime:
         await runtime.commit_offsets(_commit("lagged", {(topic, 0): 3, (topic, 1): 0}))
+        report = await _lag_when_known(runtime, "lagged", 2)
+        assert report.lag == {(topic, 0): 7, (topic, 1): 0}
+        assert report.log_end_age_ms is not None
+        assert report.log_end_age_ms >= 0
         assert await runtime.group_lag("lagged") == {(topic, 0): 7, (topic, 1): 0}
         assert await runtime.group_lag("nobody") == {}
+        assert (await runtime.group_lag_report("nobody")).log_end_age_ms is None
+
+
+async def _lag_when_known(
+    runtime: coordinator_runtime.CoordinatorRuntime, group: str, partitions: int
+) -> coordinator_runtime.GroupLag:
+    """The group's lag once the background refresh has read all its log ends."""
+    for _ in range(100):
+        report = await runtime.group_lag_report(group)
+        if len(report.lag) == partitions:
+            return report
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"log ends of {group} never read: {report}")
+
+
+async def test_describe_lag_never_waits_for_a_stalled_broker(
+    fresh_broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = logs.unique_topic("lagging")
+    _create_topic(fresh_broker.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": fresh_broker.bootstrap, "batch.num.messages": 1})
+    for _ in range(5):
+        producer.produce(topic, b"x", partition=0)
+        producer.flush(10)
+    # Before log ends were cached, every lag read asked the brokers and waited up to this.
+    config = _config(fresh_broker.bootstrap, logs.unique_topic(), admin_timeout_s=30.0)
+    async with groups.running(config) as runtime:
+        await runtime.commit_offsets(_commit("lagged", {(topic, 0): 0}))
+        # (This broker's storage reports its own high watermark; the value is not the point.)
+        before = await _lag_when_known(runtime, "lagged", 1)
+        await asyncio.to_thread(fresh_broker.stop)
+        try:
+            await asyncio.sleep(1.0)
+            # Served from the cache, with its age, far within the admin timeout.
+            stale = await asyncio.wait_for(runtime.group_lag_report("lagged"), 10)
+            assert stale.lag == before.lag
+            assert stale.log_end_age_ms is not None
+            assert before.log_end_age_ms is not None
+            assert stale.log_end_age_ms >= before.log_end_age_ms + 900
+        finally:
+            await asyncio.to_thread(fresh_broker.start)
 
 
 async def test_a_wrongly_configured_state_topic_stops_the_start(

@@ -2,9 +2,10 @@
 
 Every write follows one path, as in Kafka's ``CoordinatorRuntime``: the shard's handler
 validates the request against the current state and returns records plus a response; the
-records are appended to the partition (idempotent, ``acks=all``); once acknowledged they are
-replayed into the shard, and only then is the response released. Nothing is ever replied
-before it is durable.
+records are appended to the partition (one transaction, ``acks=all``, see ``writer``); once
+committed they are replayed into the shard, and only then is the response released. Nothing
+is ever replied before it is durable. A request whose handler or record encoding fails (a
+string that is not valid Unicode, a bug) fails alone; the partition goes on serving.
 
 Each partition has one serial queue, so a handler always sees the state left by the previous
 write. Offset commits are the exception that makes throughput: commits queued together are
@@ -17,9 +18,25 @@ memory possibly apart, so that partition is reloaded from the log; meanwhile its
 ``COORDINATOR_LOAD_IN_PROGRESS``, exactly as while the runtime starts. Reads (fetch, describe)
 are served from memory, which only ever holds durable state.
 
+Split brain is prevented by the brokers: each partition's writer is a transactional producer
+whose ``transactional.id`` names the topic and partition, so a second coordinator's load
+fences this one's writer (Kafka's zombie fencing). A fenced partition stops at once: what is
+queued or in flight fails, every later request for its groups answers ``NOT_COORDINATOR``
+(a warning says so once), and it is never written again. Requests that write nothing
+(heartbeats that change nothing, fetch, describe) cannot discover a fence by themselves, so
+a partition that answered them and has had no committed write for
+``fence_check_interval_ms`` writes a marker (never replayed) to check it still holds the
+partition: a fenced coordinator answers such requests for about that long at most.
+
 Timers call the shard's ``on_timer`` at its ``next_deadline_ms`` (session and rebalance
 timeouts, offsets retention) and at least every ``timer_interval_ms``; broker metadata of
-the cluster's topics is polled and fed to every shard through ``update_topics``.
+the cluster's topics is polled and fed to every shard through ``update_topics``. Log-end
+offsets for group lag are refreshed in the background too, so a describe never waits for the
+brokers: lag is computed from the cached log ends, whose age is reported with it.
+
+``unhealthy_partitions`` names partitions that cannot serve until the process restarts: a
+task that died, or a load that failed for good. A fenced partition is not among them: a
+restart would only fence the other coordinator back.
 """
 
 from __future__ import annotations
@@ -54,6 +71,10 @@ T = TypeVar("T")
 
 _MIN_TIMER_GAP_MS = 10
 _RELOAD_GATHER_S = 0.1
+# Log ends are refreshed at most this often when describes ask for unknown ones.
+_LOG_END_MIN_GAP_S = 0.2
+# A topic-partition no describe asked about for this long is no longer refreshed.
+_LOG_END_FORGET_S = 600.0
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
@@ -83,12 +104,17 @@ class RuntimeConfig:
     # Compaction checkpoints (a local directory or file:// URI of one checkpoint or of the
     # scheduled runs' ``checkpoint-*`` directories): loads start from the newest usable one.
     checkpoint_uri: str | None = None
+    # A partition that answered requests without a committed write for this long checks
+    # that no other coordinator has fenced its writer (see the module's docstring).
+    fence_check_interval_ms: int = 1_000
 
 
 class PartitionState(enum.Enum):
     LOADING = "loading"
     ACTIVE = "active"
     FAILED = "failed"
+    # Another coordinator's writer fenced this one's: the partition is theirs.
+    FENCED = "fenced"
     STOPPED = "stopped"
 
 
@@ -112,6 +138,19 @@ class _Partition:
     # When the timer task wakes next; a write that arms an earlier deadline wakes it sooner.
     timer_due_ms: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # Set when a request was answered; the fence check clears it.
+    served: asyncio.Event = field(default_factory=asyncio.Event)
+    # time.monotonic() when a write was last known to be committed by this writer.
+    confirmed_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    """Lag per partition the group committed, from log ends cached ``log_end_age_ms`` ago
+    (the oldest one used; None when no log end is known yet)."""
+
+    lag: dict[tuple[str, int], int]
+    log_end_age_ms: int | None
 
 
 class CoordinatorRuntime:
@@ -151,6 +190,11 @@ class CoordinatorRuntime:
         # Java's String.hashCode in Python is slow enough to matter on every request.
         self._partition_of: dict[str, int] = {}
         self._to_reload: set[int] = set()
+        # (topic, partition) -> (log-end offset, time.monotonic() it was read)
+        self._log_ends: dict[tuple[str, int], tuple[int, float]] = {}
+        # (topic, partition) -> time.monotonic() a describe last asked for it
+        self._log_ends_wanted: dict[tuple[str, int], float] = {}
+        self._log_ends_asked = asyncio.Event()
 
     # -----------------------------------------------------------------------------------
     # Lifecycle
@@ -171,9 +215,15 @@ class CoordinatorRuntime:
             partition.tasks = [
                 asyncio.create_task(self._serve(partition), name=f"state-{partition.index}"),
                 asyncio.create_task(self._tick(partition), name=f"timer-{partition.index}"),
+                asyncio.create_task(
+                    self._check_fence(partition), name=f"fence-check-{partition.index}"
+                ),
             ]
+            for task in partition.tasks:
+                task.add_done_callback(_report_death)
         self._spawn(self._load(list(range(self.config.partitions))))
         self._spawn(self._poll_metadata())
+        self._spawn(self._refresh_log_ends())
         if self.config.wait_until_loaded:
             await self.wait_until_loaded()
 
@@ -198,6 +248,19 @@ class CoordinatorRuntime:
 
     def partition_state(self, group_id: str) -> PartitionState:
         return self._partitions[self.partition_of(group_id)].state
+
+    def unhealthy_partitions(self) -> list[int]:
+        """State partitions that cannot serve until the process restarts: one of their tasks
+        died, or their load failed for good. Fenced partitions are not unhealthy (see the
+        module's docstring); a stopped runtime has none."""
+        if self._stopped:
+            return []
+        return [
+            partition.index
+            for partition in self._partitions
+            if partition.state is PartitionState.FAILED
+            or any(task.done() for task in partition.tasks)
+        ]
 
     def partition_of(self, group_id: str) -> int:
         index = self._partition_of.get(group_id)
@@ -242,6 +305,23 @@ class CoordinatorRuntime:
     async def delete_group(self, request: messages.DeleteGroupRequest) -> None:
         await self._write(request.group_id, lambda s, now: s.delete_group(request, now))
 
+    async def claim_group(self, request: messages.ClaimGroupRequest) -> messages.GroupOwner:
+        """Record ``request.owner`` as the group id's owner unless another resource owns it;
+        returns the owner after the claim (durable: it survives restarts)."""
+        owner: messages.GroupOwner = await self._write(
+            request.group_id, lambda s, now: s.claim_group(request, now)
+        )
+        return owner
+
+    async def release_group(self, request: messages.ReleaseGroupRequest) -> bool:
+        released: bool = await self._write(
+            request.group_id, lambda s, now: s.release_group(request, now)
+        )
+        return released
+
+    async def group_owner(self, group_id: str) -> messages.GroupOwner | None:
+        return self._active_shard(group_id).group_owner(group_id)
+
     async def fetch_offsets(
         self, request: messages.OffsetFetchRequest
     ) -> messages.OffsetFetchResponse:
@@ -258,27 +338,28 @@ class CoordinatorRuntime:
         return sorted(groups)
 
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]:
-        """Log-end offset minus committed offset for each partition the group committed."""
+        """Log-end offset minus committed offset for each partition the group committed whose
+        log end is known (see ``group_lag_report``)."""
+        return (await self.group_lag_report(group_id)).lag
+
+    async def group_lag_report(self, group_id: str) -> GroupLag:
+        """The group's lag from cached log ends, never waiting for the brokers. Log ends not
+        cached yet are fetched in the background and missing from this answer."""
         committed = (await self.fetch_offsets(messages.OffsetFetchRequest(group_id))).offsets
-        if not committed or self._admin is None:
-            return {}
-        requests = {KafkaTopicPartition(name, index): _LATEST for name, index in committed}
-        try:
-            futures = self._admin.list_offsets(
-                requests, request_timeout=self.config.admin_timeout_s
-            )
-        except KafkaException as error:
-            raise errors.CoordinatorNotAvailable(f"cannot list log-end offsets: {error}") from error
+        now = time.monotonic()
         lag: dict[tuple[str, int], int] = {}
-        for partition, future in futures.items():
-            try:
-                end = (await asyncio.wrap_future(future)).offset
-            except KafkaException as error:
-                logger.debug("no log-end offset for %s: %s", partition, error)
+        oldest: float | None = None
+        for tp, offset in committed.items():
+            self._log_ends_wanted[tp] = now
+            cached = self._log_ends.get(tp)
+            if cached is None:
+                self._log_ends_asked.set()
                 continue
-            tp = (partition.topic, partition.partition)
-            lag[tp] = max(0, end - committed[tp].offset)
-        return lag
+            end, read_at = cached
+            lag[tp] = max(0, end - offset.offset)
+            oldest = read_at if oldest is None else min(oldest, read_at)
+        age = None if oldest is None else max(0, round((now - oldest) * 1000))
+        return GroupLag(lag, age)
 
     def canonical_state(self) -> dict[int, dict[str, Any]]:
         """Every loaded partition's hard state as plain data, for checks and debugging."""
@@ -297,9 +378,12 @@ class CoordinatorRuntime:
         """The partition of ``group_id``, or the retriable error explaining why not now."""
         partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
         if partition is not None and partition.state is PartitionState.ACTIVE:
+            partition.served.set()
             return partition.index
         if partition is None or partition.state is PartitionState.STOPPED:
             raise errors.CoordinatorNotAvailable("the coordinator is not running")
+        if partition.state is PartitionState.FENCED:
+            raise _not_coordinator(partition.index)
         if partition.state is PartitionState.LOADING:
             raise errors.CoordinatorLoadInProgress(
                 f"state partition {partition.index} of group {group_id!r} is loading"
@@ -307,23 +391,6 @@ class CoordinatorRuntime:
         raise errors.CoordinatorNotAvailable(
             f"state partition {partition.index} of group {group_id!r} failed to load"
         )
-
-    async def claim_group(self, request: messages.ClaimGroupRequest) -> messages.GroupOwner:
-        """Record ``request.owner`` as the group id's owner unless another resource owns it;
-        returns the owner after the claim (durable: it survives restarts)."""
-        owner: messages.GroupOwner = await self._write(
-            request.group_id, lambda s, now: s.claim_group(request, now)
-        )
-        return owner
-
-    async def release_group(self, request: messages.ReleaseGroupRequest) -> bool:
-        released: bool = await self._write(
-            request.group_id, lambda s, now: s.release_group(request, now)
-        )
-        return released
-
-    async def group_owner(self, group_id: str) -> messages.GroupOwner | None:
-        return self._active_shard(group_id).group_owner(group_id)
 
     async def _write(
         self,
@@ -350,43 +417,81 @@ class CoordinatorRuntime:
                 if batch[0].batchable:
                     while partition.pending and partition.pending[0].batchable:
                         batch.append(partition.pending.popleft())
-                await self._run(partition, batch)
-            if partition.shard is not None:
-                deadline = partition.shard.next_deadline_ms()
-                if deadline is not None and deadline < partition.timer_due_ms:
-                    partition.timer_changed.set()
+                try:
+                    await self._run(partition, batch)
+                except Exception as error:
+                    # A bug outside what _run expects: memory and the log may be apart, so
+                    # fail what is left of the batch and re-read the partition; the task
+                    # itself must live on, or every group of the partition would hang.
+                    logger.exception("state partition %d failed a batch", partition.index)
+                    failure = errors.CoordinatorNotAvailable(
+                        f"internal error ({type(error).__name__}) on state partition "
+                        f"{partition.index}"
+                    )
+                    for write in batch:
+                        if not write.future.done():
+                            write.future.set_exception(failure)
+                    if partition.state is PartitionState.ACTIVE:
+                        self._reload(partition, f"internal error: {error!r}")
+            self._wake_timer(partition)
+
+    def _wake_timer(self, partition: _Partition) -> None:
+        state = partition.shard
+        if state is None:
+            return
+        try:
+            deadline = state.next_deadline_ms()
+        except Exception:
+            logger.exception("state partition %d: no next deadline", partition.index)
+            return
+        if deadline is not None and deadline < partition.timer_due_ms:
+            partition.timer_changed.set()
 
     async def _run(self, partition: _Partition, batch: list[_Write]) -> None:
+        """Validate, append and replay one batch; every write of it is answered here."""
         state = partition.shard
         assert state is not None
         now = self.config.clock_ms()
         accepted: list[tuple[_Write, result.Result[Any]]] = []
+        encoded: list[writer.EncodedRecord] = []
         for write in batch:
             if write.future.done():
                 continue  # the caller went away before its turn
             try:
-                accepted.append((write, write.handler(state, now)))
+                outcome = write.handler(state, now)
+                # Encoded one write at a time: a write whose records cannot be encoded fails
+                # alone. Handlers change nothing (only replay does), and commits of one
+                # batch never depend on each other, so the others stay valid.
+                records_of_write = [codec.encode_record(record) for record in outcome.records]
             except errors.CoordinatorError as error:
                 write.future.set_exception(error)
+                continue
             except Exception as error:
-                logger.exception("coordinator handler failed on partition %d", partition.index)
-                write.future.set_exception(errors.CoordinatorError(f"internal error: {error}"))
-        produced = [record for _, outcome in accepted for record in outcome.records]
-        if produced:
+                write.future.set_exception(_request_failure(partition.index, error))
+                continue
+            accepted.append((write, outcome))
+            encoded.extend(records_of_write)
+        if encoded:
+            started = time.monotonic()
             try:
-                encoded = [codec.encode_record(record) for record in produced]
                 await self._writer.append(partition.index, encoded)
-            except (runtime_errors.WriteFailed, codec.CodecError) as error:
+            except runtime_errors.WriterFenced as error:
+                self._fence(partition, error, [write for write, _ in accepted])
+                return
+            except runtime_errors.WriteFailed as error:
                 failure = errors.CoordinatorNotAvailable(str(error))
                 for write, _ in accepted:
                     if not write.future.done():
                         write.future.set_exception(failure)
                 # The brokers may or may not hold these records: re-read the log.
-                self._reload(partition, f"write not acknowledged: {error}")
+                if partition.state is PartitionState.ACTIVE:
+                    self._reload(partition, f"write not acknowledged: {error}")
                 return
+            partition.confirmed_at = max(partition.confirmed_at, started)
             try:
-                for record in produced:
-                    state.replay(record)
+                for _, outcome in accepted:
+                    for record in outcome.records:
+                        state.replay(record)
             except Exception as error:
                 logger.exception("replay failed on partition %d", partition.index)
                 for write, _ in accepted:
@@ -394,11 +499,33 @@ class CoordinatorRuntime:
                         write.future.set_exception(
                             errors.CoordinatorNotAvailable(f"replay failed: {error}")
                         )
-                self._reload(partition, f"replay failed: {error}")
+                if partition.state is PartitionState.ACTIVE:
+                    self._reload(partition, f"replay failed: {error}")
                 return
         for write, outcome in accepted:
             if not write.future.done():
                 write.future.set_result(outcome.response)
+
+    def _fence(
+        self, partition: _Partition, error: runtime_errors.WriterFenced, in_flight: list[_Write]
+    ) -> None:
+        """Another coordinator holds the partition: answer nothing more from here."""
+        failure = _not_coordinator(partition.index)
+        for write in in_flight:
+            if not write.future.done():
+                write.future.set_exception(failure)
+        if partition.state in (PartitionState.FENCED, PartitionState.STOPPED):
+            return
+        partition.state = PartitionState.FENCED
+        partition.shard = None
+        self._fail_pending(partition, failure)
+        logger.warning(
+            "state partition %d was taken over by another coordinator; its groups now answer "
+            "NOT_COORDINATOR here (%s)",
+            partition.index,
+            error,
+        )
+        self._all_loaded_check()
 
     def _fail_pending(self, partition: _Partition, error: errors.CoordinatorError) -> None:
         while partition.pending:
@@ -435,11 +562,22 @@ class CoordinatorRuntime:
                 fresh.replay(record)
             return fresh
 
-        await self._loader.load(indexes, build, self._loaded)
+        try:
+            await self._loader.load(indexes, build, self._loaded)
+        except Exception as error:
+            # E.g. no consumer could be created: these partitions will not load by themselves.
+            logger.exception("loading state partitions %s failed", indexes)
+            for index in indexes:
+                partition = self._partitions[index]
+                if partition.state is PartitionState.LOADING:
+                    self._loaded(index, error)
 
     def _loaded(self, index: int, outcome: shard.CoordinatorShard | BaseException) -> None:
         partition = self._partitions[index]
-        if partition.state is PartitionState.STOPPED:
+        if partition.state in (PartitionState.STOPPED, PartitionState.FENCED):
+            return
+        if isinstance(outcome, runtime_errors.WriterFenced):
+            self._fence(partition, outcome, [])
             return
         if isinstance(outcome, BaseException):
             partition.state = PartitionState.FAILED
@@ -454,8 +592,13 @@ class CoordinatorRuntime:
                 future.add_done_callback(_consume_outcome)
                 partition.pending.appendleft(_Write(_update_topics(topics), future, False))
             partition.state = PartitionState.ACTIVE
+            # Its marker, written just before the read ended, was committed.
+            partition.confirmed_at = time.monotonic()
             partition.wakeup.set()
             partition.timer_changed.set()
+        self._all_loaded_check()
+
+    def _all_loaded_check(self) -> None:
         if self._all_loaded is not None and all(
             p.state is not PartitionState.LOADING for p in self._partitions
         ):
@@ -471,7 +614,11 @@ class CoordinatorRuntime:
             now = self.config.clock_ms()
             due = last_run + interval_ms
             if partition.state is PartitionState.ACTIVE and partition.shard is not None:
-                deadline = partition.shard.next_deadline_ms()
+                try:
+                    deadline = partition.shard.next_deadline_ms()
+                except Exception:
+                    logger.exception("state partition %d: no next deadline", partition.index)
+                    deadline = None
                 if deadline is not None:
                     # A deadline the last run left in the past must not spin the loop.
                     due = max(min(due, deadline), last_run + _MIN_TIMER_GAP_MS)
@@ -491,6 +638,73 @@ class CoordinatorRuntime:
             partition.wakeup.set()
             with contextlib.suppress(errors.CoordinatorError):
                 await future
+
+    async def _check_fence(self, partition: _Partition) -> None:
+        """Write a marker when the partition answered requests but has not committed a write
+        for ``fence_check_interval_ms``: a fenced writer learns it here (see the docstring)."""
+        interval_s = self.config.fence_check_interval_ms / 1000
+        while not self._stopped:
+            await partition.served.wait()
+            wait_s = partition.confirmed_at + interval_s - time.monotonic()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+                continue  # a write may have confirmed the partition meanwhile
+            partition.served.clear()
+            if partition.state is not PartitionState.ACTIVE:
+                continue
+            marker = codec.encode_record(
+                records.Record(
+                    records.LoadMarkerKey(),
+                    records.LoadMarkerValue(
+                        self._writer.marker_nonce("fence-check"), self.config.clock_ms()
+                    ),
+                )
+            )
+            started = time.monotonic()
+            try:
+                await self._writer.append(partition.index, [marker])
+            except runtime_errors.WriterFenced as error:
+                self._fence(partition, error, [])
+            except runtime_errors.WriteFailed as error:
+                # A marker changes no state: nothing to reload; check again later.
+                logger.info("state partition %d: fence check failed: %s", partition.index, error)
+                partition.served.set()
+                await asyncio.sleep(interval_s)
+            else:
+                partition.confirmed_at = max(partition.confirmed_at, started)
+
+    async def _refresh_log_ends(self) -> None:
+        """Keep the log ends describes asked for fresh, every ``metadata_interval_ms`` and
+        soon after a describe asked for one not cached yet."""
+        while not self._stopped:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.metadata_interval_ms / 1000):
+                    await self._log_ends_asked.wait()
+            self._log_ends_asked.clear()
+            forget_before = time.monotonic() - _LOG_END_FORGET_S
+            for tp, asked_at in list(self._log_ends_wanted.items()):
+                if asked_at < forget_before:
+                    del self._log_ends_wanted[tp]
+                    self._log_ends.pop(tp, None)
+            if self._log_ends_wanted and self._admin is not None:
+                await self._read_log_ends(self._admin, list(self._log_ends_wanted))
+            await asyncio.sleep(_LOG_END_MIN_GAP_S)
+
+    async def _read_log_ends(self, admin: AdminClient, wanted: list[tuple[str, int]]) -> None:
+        requests = {KafkaTopicPartition(name, index): _LATEST for name, index in wanted}
+        read_at = time.monotonic()
+        try:
+            futures = admin.list_offsets(requests, request_timeout=self.config.admin_timeout_s)
+        except KafkaException as error:
+            logger.info("cannot list log-end offsets: %s", error)
+            return
+        for partition, future in futures.items():
+            try:
+                end = (await asyncio.wrap_future(future)).offset
+            except KafkaException as error:
+                logger.debug("no log-end offset for %s: %s", partition, error)
+                continue
+            self._log_ends[(partition.topic, partition.partition)] = (end, read_at)
 
     async def _poll_metadata(self) -> None:
         while not self._stopped:
@@ -559,6 +773,28 @@ def _update_topics(
     topics: Mapping[str, messages.TopicInfo],
 ) -> Callable[[shard.CoordinatorShard, int], result.Result[None]]:
     return lambda state, now: state.update_topics(topics, now)
+
+
+def _not_coordinator(index: int) -> errors.NotCoordinator:
+    return errors.NotCoordinator(
+        f"state partition {index} is served by another coordinator (this one's writer was fenced)"
+    )
+
+
+def _request_failure(index: int, error: Exception) -> errors.CoordinatorError:
+    """The error for one request whose handler or encoding raised something unexpected."""
+    if isinstance(error, UnicodeError):
+        # E.g. a lone surrogate in a member id: valid JSON, yet not encodable as UTF-8.
+        return errors.InvalidRequest("a string of the request is not valid Unicode text")
+    if isinstance(error, codec.CodecError):
+        return errors.InvalidRequest(f"the request cannot be stored: {error}")
+    logger.error("state partition %d failed one request", index, exc_info=error)
+    return errors.CoordinatorError(f"internal error ({type(error).__name__})")
+
+
+def _report_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("task %s died", task.get_name(), exc_info=task.exception())
 
 
 def _consume_outcome(future: asyncio.Future[None]) -> None:

@@ -1,8 +1,9 @@
 """Errors of the state topic itself, each carrying the Kafka error code that best names it.
 
-Requests never see these: the runtime turns a failed write into a retriable coordinator
-error (``coordinator.errors``). They surface where a caller must act, e.g. ``start()``
-refusing a state topic created with the wrong settings.
+Requests never see these: the runtime turns a failed write into a coordinator error
+(``coordinator.errors``): retriable while the write may yet succeed, ``NOT_COORDINATOR`` once
+another coordinator has fenced this one's writer. They surface where a caller must act, e.g.
+``start()`` refusing a state topic created with the wrong settings.
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ class WriteFailed(StateTopicError):
     def __init__(self, message: str, kafka_error_name: str) -> None:
         super().__init__(message)
         self.kafka_error_name = kafka_error_name
+
+
+class WriterFenced(StateTopicError):
+    """A newer producer with this partition's ``transactional.id`` exists: another
+    coordinator holds the partition, and this one must never write to it again.
+
+    Kafka's ``PRODUCER_FENCED`` (code 90 in ``org.apache.kafka.common.protocol.Errors``)."""
+
+    code, name = 90, "PRODUCER_FENCED"
+
+    def __init__(self, partition: int, message: str) -> None:
+        super().__init__(message)
+        self.partition = partition
 
 
 class LoadFailed(StateTopicError):

@@ -14,6 +14,13 @@ compacted one, and loading costs one dict update per record plus one decode per 
 Markers themselves are never replayed. Unknown record types are skipped with a warning, as
 Kafka's loader does; any other undecodable record fails that partition's load.
 
+The loader reads with ``isolation.level=read_committed``: records of a transaction that a
+fenced or crashed writer never committed are not state. Writing the marker starts this
+process's transactional producer for the partition, which fences any other coordinator's
+writer of it first (see ``writer``): after the marker, no one else can commit to the
+partition. A partition whose marker cannot be written because this writer is itself fenced
+ends its load with ``WriterFenced``.
+
 With a compaction checkpoint configured, each partition starts from the checkpoint's
 survivors instead of from nothing, and the log is read from the first offset the checkpoint
 does not cover; compaction then continues over that tail exactly as over the whole log, so the
@@ -30,7 +37,6 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TypeVar
 
@@ -143,16 +149,20 @@ class PartitionLoader:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            # Only committed transactions are state (see the module's docstring).
             **kafka_config,
+            "isolation.level": "read_committed",
         }
 
     async def write_markers(
         self,
         nonces: Mapping[int, str],
-        written: queue.SimpleQueue[tuple[int, int]] | None = None,
+        written: queue.SimpleQueue[tuple[int, int | None]] | None = None,
+        fenced: Callable[[int, errors.WriterFenced], None] | None = None,
     ) -> None:
         """Append each partition's marker, retrying while the brokers are away; report each
-        marker's offset to ``written``."""
+        marker's offset to ``written``. A partition whose writer is fenced is reported to
+        ``fenced`` (and as offset ``None`` to ``written``) and given up."""
 
         async def one(partition: int, nonce: str) -> None:
             encoded = codec.encode_record(
@@ -166,6 +176,13 @@ class PartitionLoader:
                     offset = await self._writer.append(partition, [encoded])
                     if written is not None:
                         written.put((partition, offset))
+                    return
+                except errors.WriterFenced as error:
+                    logger.warning("state partition %d not loaded: %s", partition, error)
+                    if written is not None:
+                        written.put((partition, None))
+                    if fenced is not None:
+                        fenced(partition, error)
                     return
                 except errors.WriteFailed as error:
                     logger.warning("load marker for partition %d not written: %s", partition, error)
@@ -181,10 +198,10 @@ class PartitionLoader:
     ) -> None:
         """Load ``partitions``; for each, ``build`` its records (in the reading thread) and
         hand the result, or the failure, to ``on_loaded`` on the event loop."""
-        nonces = {partition: uuid.uuid4().hex for partition in partitions}
+        nonces = {partition: self._writer.marker_nonce("load") for partition in partitions}
         loop = asyncio.get_running_loop()
         stop = threading.Event()
-        markers: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        markers: queue.SimpleQueue[tuple[int, int | None]] = queue.SimpleQueue()
 
         def finished(partition: int, outcome: T | BaseException) -> None:
             loop.call_soon_threadsafe(on_loaded, partition, outcome)
@@ -194,7 +211,7 @@ class PartitionLoader:
             asyncio.to_thread(self._read, nonces, markers, build, finished, stop)
         )
         try:
-            await self.write_markers(nonces, markers)
+            await self.write_markers(nonces, markers, fenced=finished)
             await reading
         finally:
             stop.set()
@@ -204,7 +221,7 @@ class PartitionLoader:
     def _read(
         self,
         nonces: dict[int, str],
-        markers: queue.SimpleQueue[tuple[int, int]],
+        markers: queue.SimpleQueue[tuple[int, int | None]],
         build: Callable[[int, list[records.Record]], T],
         finished: Callable[[int, T | BaseException], None],
         stop: threading.Event,
@@ -278,20 +295,25 @@ class PartitionLoader:
     def _check_markers(
         self,
         consumer: Consumer,
-        markers: queue.SimpleQueue[tuple[int, int]],
+        markers: queue.SimpleQueue[tuple[int, int | None]],
         survivors: dict[int, dict[bytes, bytes | None]],
         starts: dict[int, int],
         seeded: dict[int, int],
     ) -> None:
         """A marker written before where a partition's read starts means the log is shorter
         than the checkpoint says: that read would never reach the marker, and the checkpoint
-        is of another log. Read that partition from the start instead."""
+        is of another log. Read that partition from the start instead. A partition without a
+        marker (``None``: its writer was fenced) is no longer read."""
         while True:
             try:
                 partition, offset = markers.get_nowait()
             except queue.Empty:
                 return
-            if partition not in survivors or offset >= starts[partition]:
+            if partition in survivors and offset is None:
+                del survivors[partition]
+                consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+                continue
+            if partition not in survivors or offset is None or offset >= starts[partition]:
                 continue
             logger.warning(
                 "state partition %d ends at offset %d, before the %d the checkpoint covers "

@@ -1,84 +1,292 @@
 """Appends encoded records to the state topic and reports when the brokers hold them.
 
-An idempotent producer with ``acks=all``: an append completes only when every in-sync
-replica has every record, which is what lets the runtime reply "committed". librdkafka
-reports deliveries from ``poll()``; a dedicated thread polls, so that a delivery wakes the
-waiting coroutine at once instead of at the next tick of some event-loop timer.
+Each state partition has its own transactional producer, created at the partition's first
+write, whose ``transactional.id`` is derived from the topic and the partition
+(``transactional_id``). This is Kafka's zombie fencing: a new holder's ``init_transactions``
+fences every older producer with that id, so once another coordinator has taken a partition
+this one can never again commit a write to it. An append is one transaction
+(``acks=all``): it completes only when the transaction is committed, which is what lets
+the runtime reply "committed", and readers that use ``read_committed`` never see a write
+that was not.
+
+Outcomes of an append:
+
+* committed: the last record's offset is returned;
+* fenced (``WriterFenced``): sticky for the partition; its producer is dropped and none is
+  ever created again, so this process cannot fence the newer holder back;
+* anything else (``WriteFailed``): the transaction is aborted, and the broker's answer to
+  the abort tells whether the partition was fenced meanwhile (a fenced write may first show
+  only as a timeout). When even the abort fails, the records may or may not be in the log:
+  the producer is dropped, and the next append creates a new one, whose
+  ``init_transactions`` settles the old producer's transaction before anything new is
+  written.
+
+A new producer would fence whoever holds the partition now, so after such an unknown outcome
+the writer first looks whether another coordinator took the partition since this writer's
+last committed record: every coordinator's load and fence-check markers carry a nonce naming
+its writer (``marker_nonce``), and the writer appends a plain probe marker and reads the log
+from that record to the probe (``read_uncommitted``: its own unsettled transaction must not
+block the read). A foreign coordinator's marker there means this writer was fenced.
+
+librdkafka's transactional calls block, so each partition's producer runs them on a thread
+of its own: partitions commit in parallel, and one partition's appends stay in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kafka_group_operator.runtime import errors
+from kafka_group_records import codec, records
 
 logger = logging.getLogger(__name__)
 
 EncodedRecord = tuple[bytes, bytes | None]
 
-# The broker no longer accepts this producer's id or epoch (e.g. it restarted and lost its
-# idempotence state): only a new producer, with a new id, can write again.
-_PRODUCER_STATE_LOST = frozenset(
+# A newer producer holds this transactional.id. librdkafka reports it locally as _FENCED,
+# brokers as PRODUCER_FENCED or, from older brokers, INVALID_PRODUCER_EPOCH.
+_FENCED_CODES = frozenset(
     {
+        KafkaError._FENCED,
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.UNKNOWN_PRODUCER_ID,
-        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        KafkaError.INVALID_PRODUCER_ID_MAPPING,
     }
 )
 
 
-class _Append:
-    """One append: resolves its future, with the last record's offset, when the last of its
-    records is acknowledged."""
+# Nonces of markers written by coordinators start so; other writers (jobs) use other nonces.
+COORDINATOR_NONCE_PREFIX = "coordinator-"
 
-    __slots__ = ("failure", "future", "last_offset", "loop", "remaining", "writer_broken")
+
+def transactional_id(topic: str, partition: int) -> str:
+    """The ``transactional.id`` of the producer writing ``partition`` of ``topic``: whoever
+    writes that partition uses it, so the newest holder fences every older one."""
+    return f"{topic}.{partition}.writer"
+
+
+class _PartitionProducer:
+    """One partition's transactional producer and the thread its blocking calls run on."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, count: int, writer_broken: threading.Event
+        self,
+        config: Mapping[str, str | int | bool],
+        reader_config: Mapping[str, str | int | bool],
+        topic: str,
+        partition: int,
+        nonce_prefix: str,
     ) -> None:
-        self.loop = loop
-        self.writer_broken = writer_broken
-        self.future: asyncio.Future[int] = loop.create_future()
-        self.remaining = count
-        self.failure: KafkaError | None = None
-        self.last_offset = -1
+        self.topic = topic
+        self.partition = partition
+        self._nonce_prefix = nonce_prefix
+        self._plain_config = dict(config)
+        self._reader_config = dict(reader_config)
+        self._config = {**config, "transactional.id": transactional_id(topic, partition)}
+        self._timeout_s = int(config["message.timeout.ms"]) / 1000
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"state-writer-{partition}"
+        )
+        self._producer: Producer | None = None
+        # Offset of the last record this writer committed to the partition (-1: none yet).
+        self._last_committed = -1
+        # A transaction of this writer ended with an unknown outcome: look before re-fencing.
+        self._in_doubt = False
 
-    def delivered(self, error: KafkaError | None, message: Message) -> None:
-        # Runs in the poll thread; only counts there and hands the outcome to the loop.
-        if error is not None and self.failure is None:
-            self.failure = error
-            if error.fatal() or error.code() in _PRODUCER_STATE_LOST:
-                self.writer_broken.set()
-        elif error is None:
+    async def call(self, function: object, *args: object) -> int:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, function, *args)  # type: ignore[arg-type]
+
+    def transact(self, batch: Sequence[EncodedRecord]) -> int:
+        """In the partition's thread: one transaction holding ``batch``; its last offset."""
+        if self._producer is None:
+            try:
+                if self._in_doubt and self._last_committed >= 0:
+                    self._look_for_a_new_holder()
+                self._in_doubt = False
+                producer = Producer(self._config)
+                producer.init_transactions(self._timeout_s)
+            except KafkaException as error:
+                failure: KafkaError = error.args[0]
+                raise errors.WriteFailed(
+                    f"cannot start the state producer: {failure.str()}", failure.name()
+                ) from error
+            self._producer = producer
+        producer = self._producer
+        last_offset = -1
+        failures: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            nonlocal last_offset
+            if error is not None:
+                failures.append(error)
+                return
             offset = message.offset()
-            if offset is not None and offset > self.last_offset:
-                self.last_offset = offset
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.loop.call_soon_threadsafe(self._settle)
+            if offset is not None and offset > last_offset:
+                last_offset = offset
 
-    def _settle(self) -> None:
-        if self.future.done():
-            return
-        if self.failure is None:
-            self.future.set_result(self.last_offset)
-        else:
-            self.future.set_exception(
-                errors.WriteFailed(
-                    f"state topic write failed: {self.failure.str()}", self.failure.name()
+        try:
+            producer.begin_transaction()
+            for key, value in batch:
+                while True:
+                    try:
+                        producer.produce(
+                            self.topic, value, key, partition=self.partition, on_delivery=delivered
+                        )
+                        break
+                    except BufferError:
+                        # The local queue is full: let deliveries drain it, then go on.
+                        producer.poll(0.001)
+        except KafkaException as error:
+            raise self._settle(producer, error.args[0]) from error
+        except Exception as error:
+            # A record that could not even be queued: nothing of this transaction may land.
+            self._drop()
+            raise errors.WriteFailed(
+                f"cannot queue state records: {error}", "INVALID_RECORD"
+            ) from error
+        # A commit that timed out may be called again for its final outcome (librdkafka);
+        # once more is enough, as every record times out within message.timeout.ms.
+        for attempt in range(2):
+            try:
+                producer.commit_transaction(self._timeout_s)
+                break
+            except KafkaException as error:
+                kafka_error: KafkaError = error.args[0]
+                if attempt == 0 and kafka_error.retriable() and not kafka_error.fatal():
+                    continue
+                raise self._settle(producer, kafka_error) from error
+        if failures:  # committed, yet a delivery failed: cannot happen; trust nothing
+            self._drop()
+            raise errors.WriteFailed(f"state topic write failed: {failures[0].str()}", "UNKNOWN")
+        self._last_committed = max(self._last_committed, last_offset)
+        return last_offset
+
+    def _look_for_a_new_holder(self) -> None:
+        """Raise ``WriterFenced`` if another coordinator wrote a marker to the partition after
+        this writer's last committed record (see the module's docstring)."""
+        try:
+            self._read_to_a_probe()
+        except (KafkaException, BufferError, codec.CodecError) as error:
+            raise errors.WriteFailed(
+                f"cannot check who holds state partition {self.partition}: {error}",
+                "COORDINATOR_NOT_AVAILABLE",
+            ) from error
+
+    def _read_to_a_probe(self) -> None:
+        deadline = time.monotonic() + 2 * self._timeout_s
+        probe = Producer(self._plain_config)
+        nonce = f"{self._nonce_prefix}probe-{uuid.uuid4().hex}"
+        key, value = codec.encode_record(
+            records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
+        )
+        offsets: list[int] = []
+        probe.produce(
+            self.topic,
+            value,
+            key,
+            partition=self.partition,
+            on_delivery=lambda error, message: offsets.append(
+                -1 if error is not None else (message.offset() or 0)
+            ),
+        )
+        probe.flush(self._timeout_s)
+        if not offsets or offsets[0] < 0:
+            raise errors.WriteFailed("cannot write a probe marker", "COORDINATOR_NOT_AVAILABLE")
+        end = offsets[0]
+        consumer = Consumer(
+            {
+                **self._reader_config,
+                "group.id": f"{self.topic}.probe",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(self.topic, self.partition, self._last_committed + 1)])
+            while time.monotonic() < deadline:
+                for message in consumer.consume(1000, 0.2):
+                    if message.error() is not None or message.key() != key:
+                        continue
+                    marker = message.value()
+                    found = codec.decode_value(records.LoadMarkerKey(), marker) if marker else None
+                    if (
+                        isinstance(found, records.LoadMarkerValue)
+                        and found.nonce.startswith(COORDINATOR_NONCE_PREFIX)
+                        and not found.nonce.startswith(self._nonce_prefix)
+                    ):
+                        raise self._fenced(KafkaError(KafkaError._FENCED))
+                    if (message.offset() or 0) >= end:
+                        return
+        finally:
+            consumer.close()
+        raise errors.WriteFailed(
+            "cannot read the partition to the probe", "COORDINATOR_NOT_AVAILABLE"
+        )
+
+    def _settle(self, producer: Producer, error: KafkaError) -> errors.StateTopicError:
+        """The error to raise for a transaction that failed with ``error``. Unless the
+        producer is fenced or broken, abort the transaction: the broker then tells whether
+        another producer took over (the failure may only have been a timeout so far)."""
+        if error.code() not in _FENCED_CODES and not error.fatal():
+            try:
+                producer.abort_transaction(self._timeout_s)
+            except KafkaException as abort_error:
+                error = abort_error.args[0]
+            else:
+                return errors.WriteFailed(
+                    f"state topic write failed (aborted): {error.str()}", error.name()
                 )
-            )
+        # Whatever went wrong, this producer is not trusted again. A fenced one is never
+        # replaced; any other is, and the new one's init_transactions settles what this
+        # one left open (committed or aborted) before anything new is written.
+        self._drop()
+        if error.code() in _FENCED_CODES:
+            return self._fenced(error)
+        self._in_doubt = True
+        return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
+
+    def _fenced(self, error: KafkaError) -> errors.WriterFenced:
+        return errors.WriterFenced(
+            self.partition,
+            f"state partition {self.partition}: another coordinator's producer took "
+            f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
+        )
+
+    def _drop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # Fail whatever the producer still holds; librdkafka destroys it with the object.
+            producer.purge()
+            producer.flush(0)
+
+    def close(self, timeout_s: float) -> None:
+        """In the partition's thread: abort an unfinished transaction, drop the producer."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.abort_transaction(timeout_s)
+            except KafkaException as error:
+                # Not in a transaction, or the brokers are away: the next holder's
+                # init_transactions aborts whatever is left open.
+                logger.debug("state producer of partition %d: %s", self.partition, error)
+
+    def shutdown(self, timeout_s: float) -> None:
+        try:
+            self._thread.submit(self.close, timeout_s).result(timeout_s + 1)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            logger.warning("state producer of partition %d did not stop in time", self.partition)
+        self._thread.shutdown(wait=False)
 
 
 class StateWriter:
-    """The state topic's only producer."""
+    """The state topic's only writer: one transactional producer per partition written."""
 
     def __init__(
         self,
@@ -97,77 +305,70 @@ class StateWriter:
             "linger.ms": 1,
             # Kafka's offsets.commit.timeout.ms: how long a write may wait for the brokers.
             "message.timeout.ms": timeout_ms,
+            # librdkafka requires it to be at least message.timeout.ms; the broker aborts a
+            # transaction its producer left open (a crash) after this long.
+            "transaction.timeout.ms": max(timeout_ms, 1_000),
             # Find a restarted broker within a second rather than librdkafka's default 10.
             "reconnect.backoff.max.ms": 1000,
             **kafka_config,
         }
-        self._producer: Producer | None = None
-        self._stopping = threading.Event()
-        # Set on a fatal producer error (e.g. a fenced idempotent producer): replace it.
-        self._broken = threading.Event()
-        self._poller: threading.Thread | None = None
+        self._reader_config: dict[str, str | int | bool] = {
+            "bootstrap.servers": bootstrap_servers,
+            **kafka_config,
+        }
+        self._producers: dict[int, _PartitionProducer] = {}
+        self._fenced: set[int] = set()
+        self._nonce_prefix = f"{COORDINATOR_NONCE_PREFIX}{uuid.uuid4().hex[:16]}-"
+        self._running = False
+        self._lock = threading.Lock()
 
     def start(self) -> None:
-        self._producer = Producer(self._config)
-        self._stopping.clear()
-        self._poller = threading.Thread(target=self._poll, name="state-writer-poll", daemon=True)
-        self._poller.start()
+        self._running = True
 
-    def _poll(self) -> None:
-        while not self._stopping.is_set():
-            producer = self._producer
-            if producer is not None:
-                producer.poll(0.1)
+    def fenced(self, partition: int) -> bool:
+        return partition in self._fenced
+
+    def marker_nonce(self, purpose: str) -> str:
+        """A nonce for a marker this writer appends: unique, and naming this writer."""
+        return f"{self._nonce_prefix}{purpose}-{uuid.uuid4().hex}"
 
     async def append(self, partition: int, batch: Sequence[EncodedRecord]) -> int:
-        """Produce ``batch`` to ``partition`` in order; once all are acknowledged, return the
-        offset of the last one (-1 for an empty batch)."""
-        if self._producer is None:
+        """Produce ``batch`` to ``partition`` in one transaction; once it is committed, return
+        the offset of the last record (-1 for an empty batch). Raises ``WriterFenced`` when
+        another coordinator holds the partition, ``WriteFailed`` when the outcome is unknown."""
+        if not self._running:
             raise errors.WriteFailed("the state writer is stopped", "COORDINATOR_NOT_AVAILABLE")
+        if partition in self._fenced:
+            raise errors.WriterFenced(partition, f"state partition {partition} was fenced")
         if not batch:
             return -1
-        if self._broken.is_set():
-            self._replace_producer()
-        pending = _Append(asyncio.get_running_loop(), len(batch), self._broken)
-        produce = self._producer.produce
+        with self._lock:
+            producer = self._producers.get(partition)
+            if producer is None:
+                producer = _PartitionProducer(
+                    self._config, self._reader_config, self.topic, partition, self._nonce_prefix
+                )
+                self._producers[partition] = producer
         try:
-            for key, value in batch:
-                while True:
-                    try:
-                        produce(
-                            self.topic,
-                            value,
-                            key,
-                            partition=partition,
-                            on_delivery=pending.delivered,
-                        )
-                        break
-                    except BufferError:
-                        # The local queue is full: let deliveries drain it, then go on.
-                        await asyncio.sleep(0.001)
-        except Exception as error:
-            # A record that was never queued will never be reported: fail the append now.
+            return await producer.call(producer.transact, batch)
+        except RuntimeError as error:  # the writer stopped meanwhile
             raise errors.WriteFailed(
-                f"cannot queue state records: {error}", "INVALID_RECORD"
+                f"the state writer is stopped: {error}", "COORDINATOR_NOT_AVAILABLE"
             ) from error
-        return await pending.future
-
-    def _replace_producer(self) -> None:
-        logger.warning("the state producer hit a fatal error; starting a new one")
-        self._broken.clear()
-        old, self._producer = self._producer, Producer(self._config)
-        if old is not None:
-            # Fail whatever the old producer still holds, so that no append waits forever.
-            old.purge()
-            old.flush(1)
+        except errors.WriterFenced:
+            self._fenced.add(partition)
+            raise
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            remaining = producer.flush(timeout_s)
-            if remaining:
-                logger.warning("%d state records were still unacknowledged at stop", remaining)
-        self._stopping.set()
-        if self._poller is not None:
-            self._poller.join(timeout_s)
-            self._poller = None
+        self._running = False
+        with self._lock:
+            producers, self._producers = list(self._producers.values()), {}
+        # In parallel: each close may wait for the brokers.
+        threads = [
+            threading.Thread(target=producer.shutdown, args=(timeout_s,), daemon=True)
+            for producer in producers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout_s + 2)

@@ -1,0 +1,338 @@
+"""One coordinator per state partition, enforced by the brokers; and a partition that survives
+any one bad request. All on the embedded broker, with real runtimes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime, topic, writer
+from kafka_group_operator.runtime import errors as runtime_errors
+from kafka_group_records import codec, partitioning, records
+from tests.runtime import logs
+from tests.support import groups, topics
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 4
+
+
+def _config(bootstrap: str, name: str, **overrides: Any) -> coordinator_runtime.RuntimeConfig:
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "topic": name,
+        "partitions": PARTITIONS,
+        "write_timeout_ms": 5000,
+        "metadata_interval_ms": 500,
+        **overrides,
+    }
+    return coordinator_runtime.RuntimeConfig(**settings)
+
+
+def _commit(
+    group: str, offsets: Mapping[tuple[str, int], int], metadata: str = ""
+) -> messages.OffsetCommitRequest:
+    """An administrative commit (no member), as Kafka's admin client sends."""
+    return messages.OffsetCommitRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=messages.LEAVE_EPOCH,
+        offsets={tp: messages.CommitOffset(offset, metadata) for tp, offset in offsets.items()},
+    )
+
+
+async def _fetch(
+    runtime: coordinator_runtime.CoordinatorRuntime, group: str
+) -> dict[tuple[str, int], int]:
+    response = await runtime.fetch_offsets(messages.OffsetFetchRequest(group))
+    return {tp: committed.offset for tp, committed in response.offsets.items()}
+
+
+def _state_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic.ensure_state_topic(admin, topic.TopicSettings(name, partitions, 1, 1), 10)
+
+
+def _groups_on(partition: int, count: int, prefix: str = "g") -> list[str]:
+    """``count`` group ids whose state lives in ``partition``."""
+    found = []
+    index = 0
+    while len(found) < count:
+        group = f"{prefix}-{index}"
+        if partitioning.partition_for(group, PARTITIONS) == partition:
+            found.append(group)
+        index += 1
+    return found
+
+
+# ------------------------------------------------------------------------------ the writer
+
+
+def test_the_transactional_id_names_topic_and_partition() -> None:
+    ids = {writer.transactional_id("state", p) for p in range(PARTITIONS)}
+    assert len(ids) == PARTITIONS
+    assert writer.transactional_id("state", 3) != writer.transactional_id("other", 3)
+    # Kafka refuses a transactional.id with a slash (INVALID_REQUEST).
+    assert all("/" not in i for i in ids)
+
+
+async def test_a_newer_writer_fences_the_older_one_for_good(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 2)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+    record = codec.encode_record(
+        records.Record(
+            records.OffsetCommitKey("g", "t", 0), records.OffsetCommitValue(1, -1, "", 0)
+        )
+    )
+    try:
+        await first.append(0, [record])
+        await first.append(1, [record])
+        await second.append(0, [record])  # init_transactions of the same id fences `first`
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [record])
+        # Sticky: `first` never starts another producer for the partition, which would fence
+        # `second` back.
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [record])
+        assert first.fenced(0)
+        # Only the partition another writer took is lost.
+        await first.append(1, [record])
+        await second.append(0, [record])
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def test_records_of_a_transaction_not_committed_are_never_loaded(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    config = _config(broker.bootstrap, logs.unique_topic(), partitions=1)
+    async with groups.running(config) as runtime:
+        await runtime.commit_offsets(_commit("g", {("t", 0): 1}))
+    # Another writer's transaction, open (written, not committed) while a load runs.
+    # (Aborted transactions cannot be shown here: this broker hands their records even to
+    # read_committed readers, which Kafka's brokers never do.)
+    other = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": logs.unique_topic("other")}
+    )
+    other.init_transactions(10)
+    other.begin_transaction()
+    key, value = codec.encode_record(
+        records.Record(
+            records.OffsetCommitKey("g", "t", 0), records.OffsetCommitValue(99, -1, "", 0)
+        )
+    )
+    other.produce(config.topic, value, key, partition=0)
+    other.flush(10)
+    reloaded = coordinator_runtime.CoordinatorRuntime(replace(config, wait_until_loaded=False))
+    await reloaded.start()
+    try:
+        # The read stops before the open transaction: neither its record nor anything after
+        # it (the load's marker) is read, so the partition is not served meanwhile.
+        await asyncio.sleep(2)
+        with pytest.raises(errors.CoordinatorLoadInProgress):
+            await reloaded.fetch_offsets(messages.OffsetFetchRequest("g"))
+        await asyncio.to_thread(other.commit_transaction, 10)
+        await asyncio.wait_for(reloaded.wait_until_loaded(), 30)
+        assert await _fetch(reloaded, "g") == {("t", 0): 99}
+    finally:
+        await reloaded.stop()
+
+
+# ----------------------------------------------------------------------- split brain
+
+
+async def test_a_second_coordinator_fences_the_first_and_no_acknowledged_commit_is_lost(
+    broker: embedded.EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # This broker never answers a fenced producer's EndTxn (Kafka answers PRODUCER_FENCED):
+    # a commit caught between its records and its EndTxn by the second coordinator's start
+    # times out instead, and the first must find the second's marker before it re-reads the
+    # partition (which would fence the second back). Short timeouts keep that quick.
+    config = _config(broker.bootstrap, logs.unique_topic(), write_timeout_ms=1500)
+    group_ids = [f"g{i}" for i in range(12)]
+    assert {partitioning.partition_for(g, PARTITIONS) for g in group_ids} == set(range(PARTITIONS))
+    acknowledged: dict[str, int] = {}  # by either coordinator
+    attempted: dict[str, set[int]] = {g: set() for g in group_ids}
+    refused_by_first: set[str] = set()
+    other_failures: list[errors.CoordinatorError] = []
+    first = coordinator_runtime.CoordinatorRuntime(config)
+    await asyncio.wait_for(first.start(), 60)
+    second = coordinator_runtime.CoordinatorRuntime(config)
+    second_started = asyncio.Event()
+    try:
+
+        async def committer(group: str) -> None:
+            """Commits to the first until it answers NOT_COORDINATOR, then to the second, as
+            a member that looks its coordinator up again."""
+            offset, runtime = 0, first
+            acknowledged_by_second = 0
+            while acknowledged_by_second < 5:
+                offset += 1
+                attempted[group].add(offset)
+                try:
+                    await runtime.commit_offsets(_commit(group, {("t", 0): offset}))
+                except errors.NotCoordinator:
+                    assert runtime is first
+                    refused_by_first.add(group)
+                    await second_started.wait()
+                    runtime = second
+                    continue
+                except errors.CoordinatorError as error:
+                    # A write whose outcome is unknown: refused, and the partition re-read.
+                    other_failures.append(error)
+                    await asyncio.sleep(0.05)
+                    continue
+                acknowledged[group] = offset
+                if runtime is second:
+                    acknowledged_by_second += 1
+                await asyncio.sleep(0.005)
+
+        with caplog.at_level(logging.WARNING, "kafka_group_operator.runtime"):
+            committers = asyncio.gather(*(committer(g) for g in group_ids))
+            await asyncio.sleep(0.5)
+            assert acknowledged, "nothing was committed before the second coordinator"
+            await asyncio.wait_for(second.start(), 60)
+            second_started.set()
+            await asyncio.wait_for(committers, 120)
+
+            # The first stopped acknowledging on every partition and said so.
+            assert refused_by_first == set(group_ids)
+            fenced = [r for r in caplog.records if "taken over by another" in r.getMessage()]
+            assert all(r.levelno == logging.WARNING for r in fenced)
+            assert sorted(r.args[0] for r in fenced) == list(range(PARTITIONS))  # type: ignore[index, call-overload]
+            # The first answers nothing more for any group, writes and reads alike.
+            for group in group_ids:
+                with pytest.raises(errors.NotCoordinator):
+                    await first.commit_offsets(_commit(group, {("t", 0): 10_000}))
+                with pytest.raises(errors.NotCoordinator):
+                    await first.fetch_offsets(messages.OffsetFetchRequest(group))
+                with pytest.raises(errors.NotCoordinator):
+                    await first.describe_group(group)
+            # A fenced partition is not unhealthy: a restart would only fence the other back.
+            assert first.unhealthy_partitions() == second.unhealthy_partitions() == []
+    finally:
+        await first.stop()
+        await second.stop()
+    assert all(error.retriable for error in other_failures), other_failures
+    async with groups.running(config) as reloaded:
+        for group in group_ids:
+            stored = (await _fetch(reloaded, group))[("t", 0)]
+            # Every acknowledged commit is there; one whose outcome was unknown may be too.
+            assert stored >= acknowledged[group]
+            assert stored in attempted[group]
+
+
+async def test_a_fenced_coordinator_stops_answering_heartbeats_that_write_nothing(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    orders = topics.create_topic(broker.bootstrap, 2)
+    config = _config(broker.bootstrap, logs.unique_topic(), fence_check_interval_ms=300)
+    async with groups.running(config) as first:
+        await first.configure_group(messages.GroupSettings("members", topics=(orders,)))
+        await groups.settle(first, "members", ["m-1"], orders)
+        described = await first.describe_group("members")
+        (member,) = described.members
+        heartbeat = messages.HeartbeatRequest(
+            group_id="members",
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            owned_partitions={orders: frozenset({0, 1})},
+        )
+        await first.heartbeat(heartbeat)
+        async with groups.running(config):
+            # The member keeps heartbeating the first, which has nothing to write: only the
+            # fence check can tell it that the partition is no longer its own.
+            refused = None
+            for _ in range(100):
+                try:
+                    await first.heartbeat(heartbeat)
+                except errors.NotCoordinator as error:
+                    refused = error
+                    break
+                await asyncio.sleep(0.1)
+            assert refused is not None, "the fenced coordinator went on answering heartbeats"
+            with pytest.raises(errors.NotCoordinator):
+                await first.describe_group("members")
+
+
+# ------------------------------------------------------------ one bad request fails alone
+
+
+async def test_one_bad_request_fails_alone_and_its_partition_keeps_serving(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    orders = topics.create_topic(broker.bootstrap, 2)
+    config = _config(broker.bootstrap, logs.unique_topic())
+    bad, neighbour, batched = _groups_on(1, 3)
+    async with groups.running(config) as runtime:
+        await runtime.configure_group(messages.GroupSettings(bad, topics=(orders,)))
+        # A lone surrogate: valid JSON ("m\ud800"), yet no UTF-8 string can hold it.
+        with pytest.raises(errors.InvalidRequest):
+            await runtime.heartbeat(
+                messages.HeartbeatRequest(
+                    group_id=bad,
+                    member_id="m\ud800",
+                    member_epoch=0,
+                    rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=(orders,),
+                )
+            )
+        # Commits queued together form one batch: the bad one fails, the others are stored.
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(
+                runtime.commit_offsets(_commit(neighbour, {("t", 0): 1})),
+                runtime.commit_offsets(_commit(bad, {("t", 0): 2}, metadata="x\udfff")),
+                runtime.commit_offsets(_commit(batched, {("t", 0): 3})),
+                return_exceptions=True,
+            ),
+            30,
+        )
+        assert not isinstance(outcomes[0], BaseException)
+        assert isinstance(outcomes[1], errors.InvalidRequest)
+        assert not isinstance(outcomes[2], BaseException)
+        # The partition still serves its groups, writes and timers included.
+        await asyncio.wait_for(groups.settle(runtime, neighbour, ["n-1"], orders), 30)
+        await asyncio.wait_for(runtime.commit_offsets(_commit(batched, {("t", 0): 4})), 10)
+        assert await _fetch(runtime, bad) == {}
+        assert runtime.unhealthy_partitions() == []
+    async with groups.running(config) as reloaded:
+        assert await _fetch(reloaded, neighbour) == {("t", 0): 1}
+        assert await _fetch(reloaded, batched) == {("t", 0): 4}
+        assert await _fetch(reloaded, bad) == {}
+
+
+# ---------------------------------------------------------------------------- health
+
+
+async def test_unhealthy_partitions_names_failed_loads_and_dead_tasks(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, PARTITIONS)
+    # An undecodable record: partition 2 can never load.
+    logs.produce(broker.bootstrap, name, 2, [(b"\x00\x01\x00\x09g", b"\x00\x03")])
+    async with groups.running(_config(broker.bootstrap, name)) as runtime:
+        assert runtime.unhealthy_partitions() == [2]
+        # A serving task that ended (here cancelled, as a crash would end it) is reported.
+        task = runtime._partitions[3].tasks[0]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert runtime.unhealthy_partitions() == [2, 3]
+    assert runtime.unhealthy_partitions() == []  # stopped: nothing left to report
