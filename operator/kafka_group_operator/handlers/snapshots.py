@@ -281,7 +281,8 @@ async def start_snapshot(
             str(error), delay=consumer_groups.retry_delay(retry, base)
         ) from error
     except kube_errors.Invalid as error:
-        # The API server refused the SparkApplication (e.g. spec.spark): only an edit helps.
+        # The API server refused the SparkApplication (e.g. from spec.spark): a retry would
+        # be refused the same way, so the snapshot fails with the reason.
         message = f"the API server refused the run: {error}"
         patch.status.update(
             {
