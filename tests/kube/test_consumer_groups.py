@@ -514,7 +514,8 @@ async def test_a_restarted_operator_picks_up_where_it_left(
     # The Deployment's Recreate strategy: a new operator on the same state topic.
     async with kube.RunningOperator(operator.config) as restarted:
         # The group's token is taken from its Secret again, never regenerated.
-        await restarted.wait_for(lambda: restarted.state.tokens.token_for(f"{NS}.orders"))
+        # (Until every group's token is read, a token-less group is "loading", not refused.)
+        await restarted.wait_for(lambda: restarted.state.tokens.loaded)
         assert restarted.state.tokens.token_for(f"{NS}.orders") == token
         assert token_of(kmock) == token
         async with aiohttp.ClientSession() as session:

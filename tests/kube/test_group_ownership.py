@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import uuid
 from typing import Any
 
 import aiohttp
 import pytest
 
+from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import messages
+from kafka_group_operator.handlers import ownership
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.runtime import coordinator_runtime
 from tests.kube.test_consumer_groups import (
     CG,
     GROUP_PATH,
@@ -24,7 +29,7 @@ from tests.kube.test_consumer_groups import (
     pod,
     token_of,
 )
-from tests.support import kube
+from tests.support import groups, kube
 
 pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.kmock(cls=kube.ApiServer)]
 
@@ -209,3 +214,54 @@ async def test_deletion_keeps_the_token_until_the_groups_pods_are_gone(
     assert operator.state.tokens.token_for(GROUP_ID) is None
     assert await committed(operator) == {}
     assert await operator.call(operator.state.runtime.group_owner(GROUP_ID)) is None
+
+
+async def test_tokens_read_at_start_are_the_owners_only(
+    kmock: kube.ApiServer, broker: Any, topic: str
+) -> None:
+    """What an operator start reads before it refuses anyone: per group id, the token of the
+    recorded owner; without one, of the only claimant; of nobody when several claim it."""
+    bodies = {
+        # (namespace, name): groupId
+        (NS, "orders"): GROUP_ID,  # the recorded owner
+        (OTHER_NS, "intruder"): GROUP_ID,  # a second claimant
+        (NS, "alone"): None,  # no recorded owner, the only claimant
+        (NS, "first"): "contested",  # no recorded owner, two claimants
+        (OTHER_NS, "second"): "contested",
+    }
+    for (namespace, name), group_id in bodies.items():
+        body = group_body(topic, broker.bootstrap)
+        body["metadata"] = {"name": name, "namespace": namespace}
+        if group_id is not None:
+            body["spec"]["groupId"] = group_id
+        await kube.api_call(
+            kmock,
+            "POST",
+            f"/apis/kafkagroups.io/v1alpha1/namespaces/{namespace}/consumergroups",
+            body,
+        )
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-group-token", "namespace": namespace},
+            "data": {"token": base64.b64encode(f"token-of-{name}".encode()).decode()},
+        }
+        await kube.api_call(kmock, "POST", f"/api/v1/namespaces/{namespace}/secrets", secret)
+    runtime_config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=broker.bootstrap, topic=f"kgo-state-{uuid.uuid4().hex[:8]}", partitions=2
+    )
+    client = kube_client.KubeClient(
+        kube_client.Credentials(server=str(kmock.url).rstrip("/"), insecure=True)
+    )
+    try:
+        async with groups.running(runtime_config) as runtime:
+            owner = messages.GroupOwner(NS, "orders", uid_of(kmock, NS, "orders"))
+            await runtime.claim_group(messages.ClaimGroupRequest(GROUP_ID, owner))
+            store = tokens.GroupTokens(loaded=False)
+            assert await ownership.load_tokens(client, runtime, store, ()) == 2
+    finally:
+        await client.close()
+    assert store.loaded
+    assert store.token_for(GROUP_ID) == "token-of-orders"
+    assert store.token_for(f"{NS}.alone") == "token-of-alone"
+    assert store.token_for("contested") is None

@@ -369,8 +369,10 @@ class RunningOperator:
             raise RuntimeError(f"the operator failed to start: {self.error!r}") from self.error
         if not self.wait_for_coordinator:
             return self
-        # Ready means kopf runs; the coordinator runs once it is stored in the memo.
+        # Ready means kopf runs; the coordinator runs once it is stored in the memo, and
+        # knows every group once it has read their tokens.
         await self.wait_for(lambda: lifecycle.started(self.memo) is not None, 60)
+        await self.wait_for(lambda: self.state.tokens.loaded, 60)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -108,9 +108,17 @@ async def load_tokens(
         else:
             continue
         meta = chosen["metadata"]
-        secret = await kube.get_or_none(
-            kube_client.SECRETS, meta["namespace"], consumer_group.token_secret_name(meta["name"])
-        )
+        try:
+            secret = await kube.get_or_none(
+                kube_client.SECRETS,
+                meta["namespace"],
+                consumer_group.token_secret_name(meta["name"]),
+            )
+        except kube_errors.Forbidden as error:
+            # Not a reason to keep every other group waiting: this group's reconciliation
+            # reports the missing right.
+            logger.warning("cannot read the token of group %s: %s", group_id, error)
+            continue
         token = consumer_group.token_from_secret(secret) if secret is not None else None
         if token:
             store.set(group_id, token)
