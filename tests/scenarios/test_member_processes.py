@@ -136,12 +136,18 @@ def test_a_rolling_restart_in_a_new_pod_moves_nothing(group: demo.LocalGroup) ->
         assert changes_after(group, other, stopped_at) == [], f"{other} was rebalanced"
     # The successor resumes from what its predecessor committed on the way out: the first
     # offset it processes on each partition directly follows the predecessor's last one.
-    events = journal(group, "member-2")
-    last_before = {tp: o for tp, o, at in events.processed() if at < back_at}
-    first_after: dict[Partition, int] = {}
-    for tp, offset, at in events.processed():
-        if at >= back_at and tp not in first_after:
-            first_after[tp] = offset
+    # Settled means assigned, not yet fetched: wait until every partition shows a message.
+    deadline = time.monotonic() + 20
+    while True:
+        events = journal(group, "member-2")
+        last_before = {tp: o for tp, o, at in events.processed() if at < back_at}
+        first_after: dict[Partition, int] = {}
+        for tp, offset, at in events.processed():
+            if at >= back_at and tp not in first_after:
+                first_after[tp] = offset
+        if first_after.keys() == before["member-2"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert first_after.keys() == before["member-2"]
     for tp, offset in first_after.items():
         assert offset == last_before[tp] + 1, f"{tp}: resumed at {offset}"
