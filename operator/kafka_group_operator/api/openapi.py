@@ -297,10 +297,21 @@ def _errors(*statuses: int) -> dict[str, Schema]:
         503: "Retry later: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, "
         "REQUEST_TIMED_OUT.",
     }
-    return {
+    answers: dict[str, Schema] = {
         str(status): {"description": descriptions[status], "content": _json(_ref("Error"))}
         for status in statuses
     }
+    if 400 in statuses:
+        # The HTTP layer answers before the API sees the request, in plain text.
+        answers["400"] = {
+            "description": descriptions[400] + " A request line or header over 8 KiB (e.g. "
+            "too many partition parameters) is refused in plain text.",
+            "content": {
+                **_json(_ref("Error")),
+                "text/plain": {"schema": {"type": "string"}},
+            },
+        }
+    return answers
 
 
 # A topic name (any characters, colons included: the last colon splits), a colon, then one to

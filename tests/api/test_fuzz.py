@@ -1,0 +1,322 @@
+"""Fuzzing the member API on a real coordinator (the runtime on the embedded broker).
+
+Two fuzzers, one server:
+
+- schemathesis generates requests from the OpenAPI document, valid and invalid ones, and
+  checks every reply against the document: no 5xx, declared status, content type, headers
+  and body schema, and invalid data rejected;
+- hypothesis sends arbitrary JSON, bytes and Unicode (lone surrogates included) as bodies,
+  group names and query values.
+
+Neither may ever get a 5xx, and afterwards every state partition still serves: a member of
+a group on each partition joins, commits and fetches its offset back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+import requests
+import schemathesis
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import checks
+
+from kafka_group_operator.api import app, openapi, tokens
+from kafka_group_operator.coordinator import errors
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_records import partitioning
+from tests.support import groups, topics
+
+pytestmark = [pytest.mark.broker]
+
+PARTITIONS = 3
+T = TypeVar("T")
+
+
+def group_on(partition: int, prefix: str) -> str:
+    """A group id whose state lives in state partition ``partition``."""
+    index = 0
+    while partitioning.partition_for(f"{prefix}-{index}", PARTITIONS) != partition:
+        index += 1
+    return f"{prefix}-{index}"
+
+
+# One group with a token on each state partition.
+DOCUMENTED = [group_on(partition, "documented") for partition in range(PARTITIONS)]
+TOKENS = {group: f"token-{group}" for group in DOCUMENTED}
+
+
+def auth(group: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[group]}"}
+
+
+@dataclass
+class Served:
+    """The member API on loopback ports, its runtime, and the event loop they run on."""
+
+    base_url: str  # with the DOCUMENTED groups' tokens
+    open_url: str  # without authentication, so that any group name reaches the coordinator
+    runtime: coordinator_runtime.CoordinatorRuntime
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+
+@pytest.fixture(scope="module")
+def served(broker: embedded.EmbeddedBroker) -> Iterator[Served]:
+    """A real runtime behind the real app, on a thread of their own so that the fuzzers'
+    synchronous HTTP clients can call it: once with the ``DOCUMENTED`` groups' tokens (any
+    other group is refused), once without authentication."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="member-api", daemon=True)
+    thread.start()
+    stack = contextlib.AsyncExitStack()
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=broker.bootstrap,
+        topic=f"fuzz-state-{uuid.uuid4().hex[:8]}",
+        partitions=PARTITIONS,
+        metadata_interval_ms=500,
+    )
+
+    async def serve(api: web.Application) -> str:
+        runner = web.AppRunner(api)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        return f"http://{host}:{port}"
+
+    async def start() -> Served:
+        runtime = await stack.enter_async_context(groups.running(config))
+        with_tokens = await serve(app.build_app(runtime, tokens.GroupTokens(TOKENS)))
+        without = await serve(app.build_app(runtime, None))
+        return Served(with_tokens, without, runtime, loop)
+
+    try:
+        yield asyncio.run_coroutine_threadsafe(start(), loop).result(90)
+    finally:
+        asyncio.run_coroutine_threadsafe(stack.aclose(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def topic(broker: embedded.EmbeddedBroker) -> str:
+    return topics.create_topic(broker.bootstrap, 4)
+
+
+def assert_every_partition_serves(served: Served, topic: str) -> None:
+    """On each state partition a new group's member joins, commits and reads it back."""
+    for url in (served.base_url, served.open_url):
+        health = requests.get(f"{url}/healthz", timeout=30)
+        assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    prefix = f"after-{uuid.uuid4().hex[:8]}"
+    for partition in range(PARTITIONS):
+        url = f"{served.open_url}/v1/groups/{group_on(partition, prefix)}"
+        heartbeat = {
+            "memberId": uuid.uuid4().hex,
+            "memberEpoch": 0,
+            "subscribedTopicNames": [topic],
+            "rebalanceTimeoutMs": 30_000,
+        }
+        joined = requests.post(f"{url}/heartbeat", json=heartbeat, timeout=30)
+        assert joined.status_code == 200, joined.text
+        member = joined.json()
+        # The only member: it owns every partition of the topic.
+        assert member["assignment"] == {topic: [0, 1, 2, 3]}, member
+        commit = {
+            "memberId": member["memberId"],
+            "memberEpoch": member["memberEpoch"],
+            "offsets": [{"topic": topic, "partition": 3, "offset": 7 + partition}],
+        }
+        committed = requests.post(f"{url}/offsets", json=commit, timeout=30)
+        assert (committed.status_code, committed.json()) == (200, {"errors": []})
+        fetched = requests.get(f"{url}/offsets", params={"partition": f"{topic}:3"}, timeout=30)
+        assert fetched.status_code == 200, fetched.text
+        assert [o["offset"] for o in fetched.json()["offsets"]] == [7 + partition]
+
+
+# --------------------------------------------------------------------------- schemathesis
+
+SCHEMA = schemathesis.openapi.from_dict(openapi.document())
+# Every reply is checked against the document; invalid data must be refused. (Valid data is
+# not required to succeed: a generated member id is unknown to the group, a 409.)
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_headers_conformance,
+    checks.response_schema_conformance,
+    checks.negative_data_rejection,
+]
+SCHEMATHESIS_CASES = 1_050
+
+
+def test_generated_requests_get_the_documented_replies(served: Served, topic: str) -> None:
+    seen: collections.Counter[str] = collections.Counter()
+    session = requests.Session()
+    strategy = st.one_of(
+        [
+            SCHEMA.as_strategy(mode, path_parameters={"group": group}, headers=auth(group))
+            for group in DOCUMENTED
+            for mode in schemathesis.GenerationMode
+        ]
+    )
+
+    @settings(
+        max_examples=SCHEMATHESIS_CASES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def check(case: Any) -> None:
+        response = case.call(base_url=served.base_url, session=session, timeout=30)
+        case.validate_response(response, checks=CHECKS)
+        seen[case.operation.label] += 1
+
+    check()
+    assert sum(seen.values()) >= 1_000, seen
+    assert set(seen) == {operation.ok().label for operation in SCHEMA.get_all_operations()}, (
+        "every documented operation was exercised"
+    )
+    assert_every_partition_serves(served, topic)
+
+
+# ------------------------------------------------------------------------------ hypothesis
+
+# Mostly well-formed text, else any code point, lone surrogates included (hypothesis leaves
+# them out unless asked), else values the decoders have tripped on.
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=40)
+# Values the decoders have tripped on, mixed into the arbitrary ones.
+NASTY_TEXT = st.sampled_from(
+    ["m\ud800", "\udfff", "²", "٣", " 1", "+1", "1_0", "9" * 5_000, "", "t:", ":1", "t:²"]
+)
+TEXT = st.one_of(st.text(max_size=20), st.text(max_size=20), ANY_TEXT, NASTY_TEXT)
+NUMBERS = st.one_of(
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, -2, 2**31, 2**63, 5.0, 5.5, 1e300, 10**4_000]),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | NUMBERS | TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
+    max_leaves=12,
+)
+SMALL = st.one_of(st.sampled_from([0, -1, -2, 1]), st.integers(0, 5), NUMBERS)
+# Near-valid bodies: the real fields, with small numbers and arbitrary text, so that many get
+# past decoding into the coordinator (an administrative commit writes records at once).
+HEARTBEATS = st.fixed_dictionaries(
+    {"memberId": TEXT, "memberEpoch": SMALL},
+    optional={
+        "instanceId": st.none() | TEXT,
+        "rack": st.none() | TEXT,
+        "rebalanceTimeoutMs": st.just(30_000) | NUMBERS,
+        "subscribedTopicNames": st.lists(TEXT, max_size=3),
+        "serverAssignor": st.sampled_from(["uniform", "range"]) | TEXT,
+        "ownedPartitions": st.dictionaries(TEXT, st.lists(SMALL, max_size=3), max_size=2),
+        "clientId": TEXT,
+    },
+)
+COMMITS = st.fixed_dictionaries(
+    {
+        "memberId": st.just("") | TEXT,
+        "memberEpoch": st.just(-1) | SMALL,
+        "offsets": st.lists(
+            st.fixed_dictionaries(
+                {"topic": TEXT, "partition": SMALL, "offset": SMALL},
+                optional={"metadata": TEXT, "leaderEpoch": SMALL},
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    }
+)
+
+
+def raw(bodies: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
+    """A body as sent: JSON (with "\\ud800"-style escapes and NaN), a deep nest, or bytes."""
+    return st.one_of(
+        bodies.map(lambda body: json.dumps(body).encode()),
+        JSON.map(lambda body: json.dumps(body).encode()),
+        st.integers(1, 200_000).map(lambda depth: b"[" * depth + b"]" * (depth % 3)),
+        st.binary(max_size=64),
+    )
+
+
+ROUTES = {
+    ("POST", "/heartbeat"): raw(HEARTBEATS),
+    ("POST", "/offsets"): raw(COMMITS),
+    ("GET", "/offsets"): st.none(),
+    ("GET", ""): st.none(),
+}
+QUERIES = st.lists(
+    st.tuples(st.sampled_from(["partition", "memberId", "memberEpoch", "x"]), TEXT),
+    max_size=4,
+)
+HOSTILE_CASES = 600
+
+
+def quote(text: str) -> str:
+    """Percent-encoded UTF-8, lone surrogates as their (invalid) three bytes."""
+    return urllib.parse.quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+
+@st.composite
+def requests_to_the_api(draw: st.DrawFn) -> tuple[str, str, bytes | None, dict[str, str]]:
+    """(method, path and query, body, headers) of a request to a member API route."""
+    headers = {"Content-Type": "application/json"}
+    group = draw(st.sampled_from(["a", "b", "c"]) | TEXT.filter(bool))
+    method, route = draw(st.sampled_from(sorted(ROUTES)))
+    query = "&".join(f"{quote(key)}={quote(value)}" for key, value in draw(QUERIES))
+    body = draw(ROUTES[method, route])
+    return method, f"/v1/groups/{quote(group)}{route}?{query}", body, headers
+
+
+def test_arbitrary_json_and_unicode_never_get_a_5xx(served: Served, topic: str) -> None:
+    session = requests.Session()
+    statuses: collections.Counter[int] = collections.Counter()
+
+    @settings(
+        max_examples=HOSTILE_CASES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(request=requests_to_the_api())
+    def send(request: tuple[str, str, bytes | None, dict[str, str]]) -> None:
+        method, target, body, headers = request
+        reply = session.request(
+            method, served.open_url + target, data=body, headers=headers, timeout=30
+        )
+        statuses[reply.status_code] += 1
+        assert reply.status_code < 500, (reply.status_code, reply.text)
+        if reply.status_code >= 400 and reply.headers["Content-Type"].startswith(
+            "application/json"
+        ):
+            error = reply.json()
+            assert error["error"] in errors.BY_NAME, error
+
+    send()
+    # The fuzzing got through to the coordinator, not only to the decoders' first checks.
+    assert statuses[200] > 0, statuses
+    assert statuses[400] > 0, statuses
+    assert_every_partition_serves(served, topic)
