@@ -66,6 +66,18 @@ def run(*args: str, stdin: str | None = None, timeout: float = WAIT_S + 60) -> s
     return result.stdout
 
 
+def attempt(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run helm or kubectl whose failure is an answer (``auth can-i``, a refused apply)."""
+    return subprocess.run(
+        [tool(args[0]), *args[1:]],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S + 60,
+        check=False,
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     missing = [name for name in REQUIRED if not os.environ.get(name)]
     if missing:

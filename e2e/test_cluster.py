@@ -1,6 +1,7 @@
 """The operator in a real cluster: helm install, the example ConsumerGroup reconciled by the
 chart's operator Deployment, scale, a pod restart (temporary leave), a scale-down (permanent
-leave) and deletion; the operator's identity granted every verb its code uses.
+leave) and deletion; what the API server refuses (a pod template, a name) reported; the
+operator's identity granted every verb its code uses.
 
 Each test's timeout (``budget``) exceeds the sum of the bounded waits it may meet, the
 chart's ``helm --wait`` included, so a slow cluster fails with the command's own message.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +20,7 @@ import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.support import rbac
 
-from e2e.conftest import OPERATOR, OPERATOR_SELECTOR, ROOT, WAIT_S, budget, run, tool
+from e2e.conftest import OPERATOR, OPERATOR_SELECTOR, ROOT, WAIT_S, attempt, budget, run
 
 EXAMPLE = ROOT / "examples" / "consumergroup.yaml"
 TOPIC_WAIT_S = 30
@@ -36,6 +36,14 @@ def _group(namespace: str, topic: str) -> dict[str, Any]:
     group["spec"]["kafka"]["bootstrapServers"] = os.environ["KGO_E2E_BOOTSTRAP"]
     group["spec"]["template"]["spec"]["containers"][0]["image"] = os.environ["KGO_E2E_IMAGE"]
     return group
+
+
+def _topic() -> str:
+    """A fresh 4-partition topic on the test's Kafka."""
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": os.environ["KGO_E2E_BOOTSTRAP"]})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(TOPIC_WAIT_S)
+    return topic
 
 
 def _status(namespace: str) -> dict[str, Any]:
@@ -80,10 +88,7 @@ def _assert_the_charts_operator_reconciles(namespace: str) -> None:
 
 @budget(waits=8, polls_s=TOPIC_WAIT_S + 3 * WAIT_S + 60 + 120)
 def test_consumer_group_lifecycle(namespace: str, operator: str) -> None:
-    topic = f"orders-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": os.environ["KGO_E2E_BOOTSTRAP"]})
-    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(TOPIC_WAIT_S)
-
+    topic = _topic()
     run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump(_group(namespace, topic)))
     _wait_ready(namespace)
     _assert_the_charts_operator_reconciles(namespace)
@@ -143,6 +148,33 @@ def test_invalid_spec_is_reported(namespace: str, operator: str) -> None:
     run("kubectl", "delete", "cg/broken", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
 
 
+@budget(waits=2, polls_s=TOPIC_WAIT_S)
+def test_a_template_the_api_server_refuses_is_reported(namespace: str, operator: str) -> None:
+    """The StatefulSet of a pod template the API server refuses (422) is InvalidTemplate."""
+    group = _group(namespace, _topic())  # the topic exists: the StatefulSet is what fails
+    group["metadata"]["name"] = "refused"
+    group["spec"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
+    run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump(group))
+    run(
+        "kubectl", "wait", "cg/refused", "-n", namespace,
+        "--for=jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}=InvalidTemplate",
+        f"--timeout={WAIT_S}s",
+    )  # fmt: skip
+    run("kubectl", "delete", "cg/refused", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
+
+
+@budget(waits=0, polls_s=120)
+def test_names_the_statefulset_cannot_carry_are_refused(namespace: str, operator: str) -> None:
+    for name in ("orders.v2", "o" * 53):
+        group = _group(namespace, "orders")
+        group["metadata"]["name"] = name
+        refused = attempt(
+            "kubectl", "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(group)
+        )
+        assert refused.returncode != 0, name
+        assert "metadata.name must be" in refused.stderr, refused.stderr
+
+
 @budget(waits=0, polls_s=120)
 def test_examples_pass_server_side_validation(namespace: str, operator: str) -> None:
     for path in sorted((ROOT / "examples").glob("*.yaml")):
@@ -165,13 +197,10 @@ def test_the_operator_identity_may_do_what_its_code_does(namespace: str, operato
     for group, resource, verb in sorted(rbac.used()):
         plural, _, subresource = resource.partition("/")
         target = f"{plural}.{group}" if group else plural
-        command = [tool("kubectl"), "auth", "can-i", verb, target, "-n", namespace]
-        command += [f"--as={identity}"]
+        command = ["kubectl", "auth", "can-i", verb, target, "-n", namespace, f"--as={identity}"]
         if subresource:
             command += [f"--subresource={subresource}"]
-        answer = subprocess.run(
-            command, capture_output=True, text=True, timeout=60, check=False
-        ).stdout.strip()
+        answer = attempt(*command).stdout.strip()
         if answer != "yes":
             refused.append((group, resource, verb, answer))
     assert refused == []
