@@ -19,7 +19,7 @@ it is handed out. When the coordinator fences the member (``FENCED_MEMBER_EPOCH`
 ``UNKNOWN_MEMBER_ID``), the heartbeat thread empties it at once, so not a single further
 message of a lost partition is processed; the member then rejoins with epoch 0.
 ``FENCED_INSTANCE_ID`` (another live process has our identity) is fatal, as in Kafka; see
-``HEARTBEAT_ERRORS`` for how every other error is handled.
+``RETRY_ERRORS`` for how every other error is handled.
 
 No zombie processing. Ownership is only *provably fresh* until ``lost_after_ms`` after the
 last successful heartbeat was *sent* (the coordinator armed its session deadline when it
@@ -310,15 +310,27 @@ class GroupMember:
             if error.code() != KafkaError._PARTITION_EOF:
                 logger.warning("fetch error: %s", error)
             return None
-        # The ownership check that keeps a lost or revoked partition from being processed.
-        if (message.topic(), message.partition()) not in self._owned:
-            return None
-        # ... and the freshness check that keeps a member cut off from the coordinator (or
-        # frozen while the coordinator moved on) from processing it: after the poll returned.
-        if self._lose_if_stale(time.monotonic()):
-            self._reconcile()  # on_lost fires now, on this thread
+        topic, partition = message.topic(), message.partition()
+        if topic is None or partition is None or not self._may_hand_out((topic, partition)):
             return None
         return message
+
+    def _may_hand_out(self, partition: TopicPartition) -> bool:
+        """The check before each message: owned, and the ownership provably fresh right now.
+
+        One look under the lock, with the clock read there, after the poll returned: a lost
+        or revoked partition is never processed, nor one of a member cut off from the
+        coordinator, or frozen while the coordinator moved on.
+        """
+        with self._lock:
+            if partition not in self._owned:
+                return False
+            if time.monotonic() < self._fresh_until:
+                return True
+            generation = self._generation
+        self._lose_stale(generation)
+        self._reconcile()  # on_lost fires now, on this thread
+        return False
 
     def _mark_processed(self, message: Message) -> None:
         partition = (message.topic(), message.partition())
@@ -524,8 +536,11 @@ class GroupMember:
             if now < self._fresh_until or not (self._owned or self._target):
                 return False
             generation = self._generation
+        return self._lose_stale(generation)
+
+    def _lose_stale(self, generation: int) -> bool:
         if not self._lose_everything(generation):
-            return False
+            return False  # the other thread was first
         logger.warning(
             "no successful heartbeat for %d ms: dropped the partitions, rejoining",
             self.config.lost_after_ms,
