@@ -337,6 +337,10 @@ class CoordinatorRuntime:
                 groups.extend(partition.shard.list_groups())
         return sorted(groups)
 
+    def known_topics(self) -> Mapping[str, messages.TopicInfo]:
+        """The cluster's topics as last polled: names, partition counts and topic ids."""
+        return self._topics
+
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]:
         """Log-end offset minus committed offset for each partition the group committed whose
         log end is known (see ``group_lag_report``)."""

@@ -1,0 +1,1 @@
+"""Kafka wire protocol: the coordinator listener and the gateway (types from ``kio``)."""

@@ -1,0 +1,175 @@
+"""Kafka's framing: size-prefixed frames, request and response headers, kio (de)serialisation.
+
+Every Kafka request and response is a frame: a big-endian int32 size, then that many bytes.
+A request frame starts with a request header: ``api_key`` (int16), ``api_version`` (int16),
+``correlation_id`` (int32), a nullable int16-length ``client_id`` (header v1), and, for a
+*flexible* API version, tagged fields (header v2). A response frame starts with the
+correlation id (header v0), plus tagged fields (header v1) for flexible versions, except
+ApiVersions, whose responses always use header v0 so that a client that does not know the
+broker's versions yet can read them (Kafka's ``ApiKeys.responseHeaderVersion``).
+
+Bodies are read and written with ``kio``'s types, generated from Kafka's message schemas;
+nothing here describes a message by hand. The listener and the gateway share these
+functions; the gateway reads no further than ``peek_request_header``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+API_VERSIONS_KEY = 18
+
+# A frame larger than this closes the connection (Kafka's socket.request.max.bytes does the
+# same). Coordinator requests are small: even a commit of 100,000 partitions fits.
+DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_FIXED_HEADER = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """The peer broke the framing or sent an unreadable request: close its connection."""
+
+
+class FrameTooLarge(FrameError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+
+
+async def read_frame(
+    reader: asyncio.StreamReader, max_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> bytes | None:
+    """The next frame's payload; ``None`` when the peer closed between frames.
+
+    Raises ``FrameTooLarge`` for a size above ``max_bytes`` (or negative) before reading the
+    payload, and ``FrameError`` when the peer closes inside a frame.
+    """
+    try:
+        prefix = await reader.readexactly(_SIZE.size)
+    except asyncio.IncompleteReadError as error:
+        if not error.partial:
+            return None
+        raise FrameError("connection closed inside a frame's size") from None
+    (size,) = _SIZE.unpack(prefix)
+    if size < 0 or size > max_bytes:
+        raise FrameTooLarge(f"frame of {size} bytes (the limit is {max_bytes})")
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise FrameError(f"connection closed inside a frame of {size} bytes") from None
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` with its size prefix."""
+    return _SIZE.pack(len(payload)) + payload
+
+
+def peek_request_header(payload: bytes) -> RequestHeader:
+    """The fixed part of a request header (no client id): enough to route or refuse it."""
+    if len(payload) < _FIXED_HEADER.size:
+        raise FrameError(f"request of {len(payload)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(payload)
+    return RequestHeader(api_key, api_version, correlation_id)
+
+
+def request_type(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's request type of this API version, ``None`` when kio does not know it."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+def response_type(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    schema = request_type(api_key, api_version)
+    return bool(schema is not None and schema.__flexible__)
+
+
+def read_request(payload: bytes) -> tuple[RequestHeader, Any]:
+    """Header and kio body of a request whose API version kio knows; ``FrameError`` if not,
+    or if the bytes do not decode as that request (trailing bytes included)."""
+    fixed = peek_request_header(payload)
+    schema = request_type(fixed.api_key, fixed.api_version)
+    if schema is None:
+        raise FrameError(f"unknown API key {fixed.api_key} version {fixed.api_version}")
+    header_schema = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    try:
+        header: Any
+        header, offset = entity_reader(header_schema)(payload, 0)
+        body, size = entity_reader(schema)(payload, offset)
+    except Exception as error:  # kio raises assorted errors on malformed input
+        raise FrameError(f"malformed {schema.__name__} v{fixed.api_version}: {error}") from None
+    if offset + size != len(payload):
+        raise FrameError(
+            f"{schema.__name__} v{fixed.api_version}: {len(payload) - offset - size} "
+            "bytes after the request"
+        )
+    return RequestHeader(
+        fixed.api_key, fixed.api_version, fixed.correlation_id, header.client_id
+    ), body
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """A framed response: header (v0 for ApiVersions and non-flexible versions, else v1)."""
+    buffer = io.BytesIO()
+    if api_key != API_VERSIONS_KEY and body.__flexible__:
+        entity_writer(ResponseHeaderV1)(
+            buffer, ResponseHeaderV1(correlation_id=i32(correlation_id))
+        )
+    else:
+        entity_writer(ResponseHeaderV0)(
+            buffer, ResponseHeaderV0(correlation_id=i32(correlation_id))
+        )
+    entity_writer(type(body))(buffer, body)
+    return frame(buffer.getvalue())
+
+
+def encode_request(body: Any, correlation_id: int, client_id: str | None = "kgo") -> bytes:
+    """A framed request with the header its version needs (clients and tests)."""
+    buffer = io.BytesIO()
+    key, version = i16(body.__api_key__), i16(body.__version__)
+    header_schema = RequestHeaderV2 if body.__flexible__ else RequestHeaderV1
+    entity_writer(header_schema)(
+        buffer,
+        header_schema(
+            request_api_key=key,
+            request_api_version=version,
+            correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
+    )
+    entity_writer(type(body))(buffer, body)
+    return frame(buffer.getvalue())
+
+
+def read_response(payload: bytes, schema: type[Any]) -> tuple[int, Any]:
+    """Correlation id and kio body of a response of type ``schema`` (clients and tests)."""
+    flexible_header = schema.__api_key__ != API_VERSIONS_KEY and schema.__flexible__
+    header_schema = ResponseHeaderV1 if flexible_header else ResponseHeaderV0
+    header: Any
+    header, offset = entity_reader(header_schema)(payload, 0)
+    body, _ = entity_reader(schema)(payload, offset)
+    return int(header.correlation_id), body

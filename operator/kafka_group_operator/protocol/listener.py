@@ -1,0 +1,191 @@
+"""The coordinator listener: a Kafka-protocol server in front of the coordinator runtime.
+
+One asyncio task per connection reads frames and answers them in order (Kafka also serves
+one request of a connection at a time). Each request goes through the dispatch table
+(``routes.ROUTES``). What Kafka's broker does on bad input, this does too, to that
+connection only:
+
+- an unknown API key, an unsupported version of any API but ApiVersions, a body that does
+  not decode, a frame above the size limit, or a request other than ApiVersions/SASL before
+  authentication (when tokens are required): the connection is closed;
+- an unsupported ApiVersions version: answered in v0 with ``UNSUPPORTED_VERSION`` and the
+  ApiVersions range (KIP-511), so the client can retry with a version it shares;
+- a failed SASL authentication: answered, then closed.
+
+An unexpected failure in a handler is logged and closes that connection; the listener and
+every other connection go on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16
+
+from kafka_group_operator.api import tokens
+from kafka_group_operator.protocol import dispatch, framing, routes
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    # What Metadata and FindCoordinator tell clients (default: host and bound port).
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    # Apart from the brokers' ids, so a client that meets both never merges their nodes.
+    node_id: int = 1_000_000
+    max_frame_bytes: int = framing.DEFAULT_MAX_FRAME_BYTES
+    # TLS when both are given (PEM files).
+    certificate_file: str | None = None
+    key_file: str | None = None
+
+
+def ssl_context(certificate_file: str, key_file: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certificate_file, key_file)
+    return context
+
+
+class Listener:
+    """Serves ``coordinator`` on the Kafka protocol; ``start()``, then ``stop()``."""
+
+    def __init__(
+        self,
+        coordinator: dispatch.Coordinator,
+        token_store: tokens.TokenStore | None,
+        config: ListenerConfig | None = None,
+        table: Mapping[int, dispatch.Route] = routes.ROUTES,
+    ) -> None:
+        self.config = config or ListenerConfig()
+        self._coordinator = coordinator
+        self._token_store = token_store
+        self._table = table
+        self._server: asyncio.Server | None = None
+        self._services: dispatch.Services | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    @property
+    def port(self) -> int:
+        """The bound port (the configured one, or the one chosen for port 0)."""
+        assert self._server is not None, "start() first"
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        config = self.config
+        context = None
+        if config.certificate_file and config.key_file:
+            context = ssl_context(config.certificate_file, config.key_file)
+        self._server = await asyncio.start_server(
+            self._serve, config.host, config.port, ssl=context, limit=64 * 1024
+        )
+        node = dispatch.Node(
+            config.node_id,
+            config.advertised_host or config.host,
+            config.advertised_port or self.port,
+        )
+        self._services = dispatch.Services(self._coordinator, self._token_store, node, self._table)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        assert self._services is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        session = dispatch.Session(client_host=str(peer[0]) if peer else "")
+        try:
+            while True:
+                payload = await framing.read_frame(reader, self.config.max_frame_bytes)
+                if payload is None:
+                    break
+                response = await handle(self._services, session, payload)
+                if response is None:
+                    break
+                writer.write(response)
+                await writer.drain()
+                if session.close_after_response:
+                    break
+        except framing.FrameError as error:
+            logger.info("closing the connection of %s: %s", session.client_host, error)
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+            pass  # the peer went away
+        except asyncio.CancelledError:
+            # stop() cancels the connections; asyncio's stream callback of Python 3.11 logs a
+            # connection task that ends cancelled as an error.
+            if not self._stopping:
+                raise
+        except Exception:
+            logger.exception("closing the connection of %s after an internal error", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def handle(
+    services: dispatch.Services, session: dispatch.Session, payload: bytes
+) -> bytes | None:
+    """The framed response to one request frame; ``FrameError`` means close."""
+    fixed = framing.peek_request_header(payload)
+    route = services.routes.get(fixed.api_key)
+    if route is None:
+        raise framing.FrameError(f"unsupported API key {fixed.api_key}")
+    supported = route.min_version <= fixed.api_version <= route.max_version
+    if not supported or framing.request_type(fixed.api_key, fixed.api_version) is None:
+        if fixed.api_key == framing.API_VERSIONS_KEY:
+            return _unsupported_api_versions(route, fixed.correlation_id)
+        raise framing.FrameError(
+            f"unsupported version {fixed.api_version} of API key {fixed.api_key}"
+        )
+    if (
+        services.token_store is not None
+        and session.principal is None
+        and not route.before_authentication
+    ):
+        raise framing.FrameError(f"API key {fixed.api_key} before SASL authentication")
+    header, body = framing.read_request(payload)
+    context = dispatch.RequestContext(services, session, header)
+    response = await route.handler(context, body)
+    return framing.encode_response(
+        header.api_key, header.api_version, header.correlation_id, response
+    )
+
+
+def _unsupported_api_versions(route: dispatch.Route, correlation_id: int) -> bytes:
+    # Kafka's ApiVersionsRequest.getErrorResponse: v0, UNSUPPORTED_VERSION, and the range
+    # of ApiVersions itself.
+    body = ApiVersionsResponse(
+        error_code=ErrorCode.unsupported_version,
+        api_keys=(
+            ApiVersion(
+                api_key=i16(route.api_key),
+                min_version=i16(route.min_version),
+                max_version=i16(route.max_version),
+            ),
+        ),
+    )
+    return framing.encode_response(framing.API_VERSIONS_KEY, 0, correlation_id, body)

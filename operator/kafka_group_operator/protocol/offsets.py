@@ -1,0 +1,208 @@
+"""OffsetCommit and OffsetFetch onto the coordinator's commit and fetch.
+
+Commits are fenced as Kafka fences them: a member's commit must carry its current epoch
+(``STALE_MEMBER_EPOCH``) and come from a known member (``UNKNOWN_MEMBER_ID``); versions
+below 9 are the classic protocol's, where Kafka reports a stale epoch as
+``ILLEGAL_GENERATION`` (``ConsumerGroup.validateOffsetCommit``). An administrative commit
+(empty member id, epoch -1) is accepted only while the group has no active member.
+Versions 10 of both APIs name topics by id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.protocol import dispatch
+
+# The first OffsetCommit version of the consumer (KIP-848) protocol.
+CONSUMER_PROTOCOL_COMMIT_VERSION = 9
+# The first versions that carry topic ids instead of names.
+COMMIT_TOPIC_ID_VERSION = 10
+FETCH_TOPIC_ID_VERSION = 10
+# The first OffsetFetch version with a list of groups.
+FETCH_GROUPS_VERSION = 8
+
+
+def _commit_error(ctx: dispatch.RequestContext, error: errors.CoordinatorError) -> ErrorCode:
+    stale = isinstance(error, errors.StaleMemberEpoch | errors.FencedMemberEpoch)
+    if stale and ctx.api_version < CONSUMER_PROTOCOL_COMMIT_VERSION:
+        return ErrorCode.illegal_generation
+    return dispatch.error_code(error)
+
+
+async def offset_commit(ctx: dispatch.RequestContext, request: Any) -> Any:
+    by_id = ctx.topic_ids().by_id
+    by_topic: dict[Any, str | None] = {}
+    offsets: dict[messages.TopicPartition, messages.CommitOffset] = {}
+    for topic in request.topics:
+        key = topic.topic_id if ctx.api_version >= COMMIT_TOPIC_ID_VERSION else topic.name
+        name = by_id.get(key) if ctx.api_version >= COMMIT_TOPIC_ID_VERSION else key
+        by_topic[key] = name
+        if name is None:
+            continue
+        for partition in topic.partitions:
+            offsets[(name, partition.partition_index)] = messages.CommitOffset(
+                offset=partition.committed_offset,
+                metadata=partition.committed_metadata or "",
+                leader_epoch=getattr(partition, "committed_leader_epoch", -1),
+            )
+    failure: ErrorCode | None = None
+    per_partition: dict[messages.TopicPartition, ErrorCode] = {}
+    try:
+        ctx.authorize(request.group_id)
+        if offsets:
+            response = await ctx.coordinator.commit_offsets(
+                messages.OffsetCommitRequest(
+                    group_id=request.group_id,
+                    member_id=request.member_id,
+                    member_epoch=request.generation_id_or_member_epoch,
+                    offsets=offsets,
+                )
+            )
+            per_partition = {
+                tp: ErrorCode(errors.BY_NAME[name].code if name in errors.BY_NAME else -1)
+                for tp, name in response.errors.items()
+            }
+    except errors.CoordinatorError as error:
+        failure = _commit_error(ctx, error)
+    topics = []
+    for topic in request.topics:
+        key = topic.topic_id if ctx.api_version >= COMMIT_TOPIC_ID_VERSION else topic.name
+        name = by_topic[key]
+        partitions = tuple(
+            ctx.nested(
+                "OffsetCommitResponsePartition",
+                partition_index=partition.partition_index,
+                error_code=(
+                    ErrorCode.unknown_topic_or_partition
+                    if name is None
+                    else failure
+                    if failure is not None
+                    else per_partition.get((name, partition.partition_index), ErrorCode.none)
+                ),
+            )
+            for partition in topic.partitions
+        )
+        topics.append(
+            ctx.nested(
+                "OffsetCommitResponseTopic",
+                name=topic.name if ctx.api_version < 10 else None,
+                topic_id=getattr(topic, "topic_id", None),
+                partitions=partitions,
+            )
+        )
+    return ctx.response(topics=tuple(topics))
+
+
+async def _fetch_group(
+    ctx: dispatch.RequestContext,
+    group_id: str,
+    topics: Any,
+    member_id: str | None = None,
+    member_epoch: int | None = None,
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """The error of the group and its topics, in the response classes of this version."""
+    by_id = ctx.topic_ids().by_id
+    by_name = ctx.topic_ids().by_name
+    use_ids = ctx.api_version >= FETCH_TOPIC_ID_VERSION
+    wanted: list[tuple[Any, str | None, tuple[int, ...]]] | None = None
+    if topics is not None:
+        wanted = []
+        for topic in topics:
+            key = topic.topic_id if use_ids else topic.name
+            wanted.append((key, by_id.get(key) if use_ids else key, tuple(topic.partition_indexes)))
+    try:
+        ctx.authorize(group_id)
+        partitions = None
+        if wanted is not None:
+            partitions = tuple((name, p) for _, name, ps in wanted if name is not None for p in ps)
+        response = await ctx.coordinator.fetch_offsets(
+            messages.OffsetFetchRequest(
+                group_id=group_id,
+                partitions=partitions,
+                member_id=member_id or None,
+                member_epoch=member_epoch if member_id else None,
+            )
+        )
+    except errors.CoordinatorError as error:
+        code = dispatch.error_code(error)
+        if ctx.api_version >= 2 or wanted is None:
+            return code, ()
+        # v1 has no group-level error: Kafka reports it on every requested partition.
+        return code, tuple(
+            ctx.nested(
+                "OffsetFetchResponseTopic",
+                name=key,
+                partitions=tuple(
+                    ctx.nested(
+                        "OffsetFetchResponsePartition",
+                        partition_index=index,
+                        committed_offset=-1,
+                        metadata="",
+                        error_code=code,
+                    )
+                    for index in indexes
+                ),
+            )
+            for key, _, indexes in wanted
+        )
+    if wanted is None:
+        grouped: dict[str, list[int]] = {}
+        for committed_topic, partition in sorted(response.offsets):
+            grouped.setdefault(committed_topic, []).append(partition)
+        wanted = [
+            (by_name.get(topic) if use_ids else topic, topic, tuple(ps))
+            for topic, ps in grouped.items()
+        ]
+    entries = []
+    for key, name, indexes in wanted:
+        partitions_out = []
+        for index in indexes:
+            committed = response.offsets.get((name, index)) if name is not None else None
+            partitions_out.append(
+                ctx.nested(
+                    "OffsetFetchResponsePartitions"
+                    if ctx.api_version >= 8
+                    else "OffsetFetchResponsePartition",
+                    partition_index=index,
+                    committed_offset=committed.offset if committed else -1,
+                    committed_leader_epoch=committed.leader_epoch if committed else -1,
+                    metadata=committed.metadata if committed else "",
+                    error_code=(
+                        ErrorCode.unknown_topic_id if name is None and use_ids else ErrorCode.none
+                    ),
+                )
+            )
+        entries.append(
+            ctx.nested(
+                "OffsetFetchResponseTopics" if ctx.api_version >= 8 else "OffsetFetchResponseTopic",
+                name=name,
+                topic_id=key if use_ids else None,
+                partitions=tuple(partitions_out),
+            )
+        )
+    return ErrorCode.none, tuple(entries)
+
+
+async def offset_fetch(ctx: dispatch.RequestContext, request: Any) -> Any:
+    if ctx.api_version < FETCH_GROUPS_VERSION:
+        error, topics = await _fetch_group(ctx, request.group_id, request.topics)
+        return ctx.response(topics=topics, error_code=error)
+    groups = []
+    for group in request.groups:
+        error, topics = await _fetch_group(
+            ctx,
+            group.group_id,
+            group.topics,
+            getattr(group, "member_id", None),
+            getattr(group, "member_epoch", None),
+        )
+        groups.append(
+            ctx.nested(
+                "OffsetFetchResponseGroup", group_id=group.group_id, topics=topics, error_code=error
+            )
+        )
+    return ctx.response(groups=tuple(groups))

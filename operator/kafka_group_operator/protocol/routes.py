@@ -1,0 +1,30 @@
+"""The listener's dispatch table: API key -> handler and the versions served.
+
+Adding an API is one ``Route`` line here. Version ranges follow what kio can read and
+what the handler implements; ApiVersions advertises exactly this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kafka_group_operator.protocol import cluster, groups, kip848, offsets, sasl
+from kafka_group_operator.protocol.dispatch import Route
+
+ROUTES: Mapping[int, Route] = {
+    route.api_key: route
+    for route in (
+        Route(18, 0, 4, cluster.api_versions, before_authentication=True),  # ApiVersions
+        Route(17, 1, 1, sasl.sasl_handshake, before_authentication=True),  # SaslHandshake
+        Route(36, 0, 2, sasl.sasl_authenticate, before_authentication=True),  # SaslAuthenticate
+        Route(3, 0, 12, cluster.metadata),  # Metadata
+        Route(10, 0, 6, cluster.find_coordinator),  # FindCoordinator
+        Route(68, 0, 1, kip848.consumer_group_heartbeat),  # ConsumerGroupHeartbeat
+        Route(69, 0, 1, kip848.consumer_group_describe),  # ConsumerGroupDescribe
+        Route(8, 2, 10, offsets.offset_commit),  # OffsetCommit
+        Route(9, 1, 10, offsets.offset_fetch),  # OffsetFetch
+        Route(16, 0, 5, groups.list_groups),  # ListGroups
+        Route(15, 0, 6, groups.describe_groups),  # DescribeGroups
+        Route(42, 0, 2, groups.delete_groups),  # DeleteGroups
+    )
+}

@@ -1,0 +1,61 @@
+"""Fixtures: a real runtime on the embedded broker, served by coordinator listeners."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from kafka_group_operator.api import tokens
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.runtime import coordinator_runtime
+from tests.support import groups, topics
+
+TOKENS = {"group-a": "token-a", "group-b": "token-b"}
+
+
+@pytest.fixture(scope="package")
+def topic(broker: embedded.EmbeddedBroker) -> str:
+    """A topic of 3 partitions with 5 messages each."""
+    return topics.create_topic(broker.bootstrap, 3, messages_per_partition=5)
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
+async def runtime(
+    broker: embedded.EmbeddedBroker, topic: str
+) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=broker.bootstrap,
+        topic=f"protocol-state-{uuid.uuid4().hex[:8]}",
+        partitions=2,
+        metadata_interval_ms=500,
+    )
+    async with groups.running(config) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
+async def open_listener(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> AsyncIterator[protocol_listener.Listener]:
+    """A listener without tokens: every group is open."""
+    served = protocol_listener.Listener(runtime, None, protocol_listener.ListenerConfig(port=0))
+    await served.start()
+    yield served
+    await served.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
+async def secured_listener(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> AsyncIterator[protocol_listener.Listener]:
+    """A listener requiring SASL/PLAIN with the groups' tokens (``TOKENS``)."""
+    served = protocol_listener.Listener(
+        runtime, tokens.GroupTokens(TOKENS), protocol_listener.ListenerConfig(port=0)
+    )
+    await served.start()
+    yield served
+    await served.stop()
