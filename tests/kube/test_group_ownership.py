@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -71,7 +72,11 @@ async def committed(operator: kube.RunningOperator) -> dict[tuple[str, int], int
 
 
 async def test_a_second_claimant_changes_nothing_even_across_a_restart_or_its_deletion(
-    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: Any,
+    tmp_path: Path,
 ) -> None:
     await create(kmock, group_body(topic, broker.bootstrap, replicas=1))
     await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
@@ -119,6 +124,35 @@ async def test_a_second_claimant_changes_nothing_even_across_a_restart_or_its_de
                 and not obj.deleted
             ], resource  # fmt: skip
         await restarted.wait_for(lambda: restarted.state.tokens.token_for(GROUP_ID) == token)
+        # Nor may it read the owner's offsets through a snapshot.
+        snapshot = {
+            "apiVersion": "kafkagroups.io/v1alpha1",
+            "kind": "OffsetSnapshot",
+            "metadata": {"name": "peek", "namespace": OTHER_NS},
+            "spec": {
+                "consumerGroupRef": {"name": "intruder"},
+                "storage": {"uri": f"file://{tmp_path}"},
+                "spark": {"mode": "local"},
+            },
+        }
+        await kube.api_call(
+            kmock,
+            "POST",
+            f"/apis/kafkagroups.io/v1alpha1/namespaces/{OTHER_NS}/offsetsnapshots",
+            snapshot,
+        )
+        snapshots = "kafkagroups.io/v1alpha1/offsetsnapshots"
+        status = await restarted.wait_for(
+            lambda: (
+                ((kmock.get(snapshots, OTHER_NS, "peek") or {}).get("status") or {}).get("phase")
+                and kmock.get(snapshots, OTHER_NS, "peek")["status"]
+            )  # type: ignore[index]
+        )
+        assert status["phase"] == "Pending"
+        assert not status.get("run")
+        (snapshot_ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
+        assert snapshot_ready["reason"] == "GroupNotFound"
+        assert "does not own group id 'shop.orders'" in snapshot_ready["message"]
         # Time for the reset's timer (every 3 s) to have acted, had it been allowed to.
         await asyncio.sleep(8)
         intruder = kmock.get(CG, OTHER_NS, "intruder")

@@ -69,6 +69,15 @@ async def owns(
     return owner is not None and owner.uid == meta.get("uid")
 
 
+async def other_owner(
+    runtime: coordinator_runtime.CoordinatorRuntime, group_id: str, meta: Mapping[str, Any]
+) -> messages.GroupOwner | None:
+    """The other resource that owns ``group_id``, if one does (``None``: this one, or none
+    yet, as for a resource created a moment ago)."""
+    owner = await runtime.group_owner(group_id)
+    return owner if owner is not None and owner.uid != meta.get("uid") else None
+
+
 def conflict_message(group_id: str, owner: messages.GroupOwner) -> str:
     return (
         f"group id {group_id!r} is owned by ConsumerGroup {owner.namespace}/{owner.name}; "

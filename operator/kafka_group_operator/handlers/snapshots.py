@@ -197,18 +197,26 @@ class GroupNotFound(LookupError):
     """The snapshot's ``consumerGroupRef`` names no ConsumerGroup (yet): retried."""
 
 
-async def _group_of(kube: kube_client.KubeClient, namespace: str, name: str) -> Any:
-    body = await kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, name)
+async def _group_of(state: lifecycle.OperatorState, namespace: str, name: str) -> Any:
+    body = await state.kube.get_or_none(kube_client.CONSUMER_GROUPS, namespace, name)
     if body is None:
         raise GroupNotFound(f"ConsumerGroup {name!r} (consumerGroupRef) does not exist")
-    return consumer_groups.parse(body)
+    group = consumer_groups.parse(body)
+    owner = await ownership.other_owner(state.runtime, group.group_id, body["metadata"])
+    if owner is not None:
+        # A second claimant of another resource's group id must not read its offsets.
+        raise GroupNotFound(
+            f"ConsumerGroup {name!r} does not own group id {group.group_id!r}: "
+            + ownership.conflict_message(group.group_id, owner)
+        )
+    return group
 
 
 async def launch_snapshot(body: Mapping[str, Any], attempt: int, memo: Any) -> dict[str, Any]:
     """Starts attempt ``attempt`` of a snapshot run; returns the status to patch."""
     state = lifecycle.state_of(memo)
     meta, spec = body["metadata"], body.get("spec") or {}
-    group = await _group_of(state.kube, meta["namespace"], spec["consumerGroupRef"]["name"])
+    group = await _group_of(state, meta["namespace"], spec["consumerGroupRef"]["name"])
     location = offset_jobs.snapshot_location(
         spec["storage"]["uri"], meta["namespace"], meta["name"]
     )
