@@ -31,7 +31,7 @@ from tests.support import groups
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="module")]
 
 DOCUMENT = openapi.document()
-TOKENS = {"group-a": "token-a", "group-b": "token-b"}
+TOKENS = {"group-a": "token-a", "group-b": "token-b", "group-c": "token-c"}
 
 
 def conforms(body: Any, schema: str) -> None:
@@ -333,6 +333,34 @@ async def test_hostile_input_is_a_400_and_every_partition_keeps_serving(
         assert "internal" not in error["message"]
         assert "codec" not in error["message"]
         await asyncio.wait_for(join(http, group, topic), 30)
+
+
+async def test_the_documented_minimum_and_integral_numbers_are_served(
+    http: test_utils.TestClient[Any, Any], topic: str
+) -> None:
+    """The coordinator refuses a rebalance timeout of 0, so the document's minimum is 1; and
+    JSON Schema's integer, which the document declares, includes 30000.0."""
+    heartbeat = DOCUMENT["components"]["schemas"]["HeartbeatRequest"]["properties"]
+    minimum = heartbeat["rebalanceTimeoutMs"]["minimum"]
+    body = (
+        b'{"memberId": "integral", "memberEpoch": 0.0, "subscribedTopicNames": ["%s"], '
+        b'"rebalanceTimeoutMs": %d}' % (topic.encode(), minimum)
+    )
+    reply = await http.post("/v1/groups/group-c/heartbeat", data=body, headers=auth("group-c"))
+    joined = await reply.json()
+    assert reply.status == 200, joined
+    conforms(joined, "HeartbeatResponse")
+    commit = (
+        b'{"memberId": "integral", "memberEpoch": %d.0, "offsets": '
+        b'[{"topic": "%s", "partition": 2.0, "offset": 1e3}]}'
+        % (joined["memberEpoch"], topic.encode())
+    )
+    reply = await http.post("/v1/groups/group-c/offsets", data=commit, headers=auth("group-c"))
+    assert (reply.status, await reply.json()) == (200, {"errors": []})
+    reply = await http.get(
+        f"/v1/groups/group-c/offsets?partition={topic}:2", headers=auth("group-c")
+    )
+    assert [o["offset"] for o in (await reply.json())["offsets"]] == [1000]
 
 
 async def test_a_405_names_the_allowed_methods(http: test_utils.TestClient[Any, Any]) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import decimal
 import re
+from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
-from kafka_group_operator.api import app, openapi
+from kafka_group_operator.api import app, openapi, wire
+from kafka_group_operator.coordinator import errors
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:
@@ -28,3 +34,91 @@ def test_every_route_is_documented() -> None:
         if route.resource is not None and route.method != "HEAD"
     }
     assert served == documented
+
+
+def _schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = openapi.document()["components"]["schemas"][name]
+    return schema
+
+
+def _fetch_parameter(name: str) -> dict[str, Any]:
+    operation = openapi.document()["paths"]["/v1/groups/{group}/offsets"]["get"]
+    (parameter,) = [p for p in operation["parameters"] if p["name"] == name]
+    return parameter  # type: ignore[no-any-return]
+
+
+HEARTBEAT = {"memberId": "m", "memberEpoch": 0}
+ENTRY = {"topic": "t", "partition": 0, "offset": 0}
+
+
+def _heartbeat(field: str, value: object) -> object:
+    return wire.decode_heartbeat("g", {**HEARTBEAT, field: value}, "")
+
+
+def _commit(field: str, value: object) -> object:
+    body = {"memberId": "", "memberEpoch": -1, "offsets": [ENTRY]}
+    if field == "memberEpoch":
+        return wire.decode_commit("g", {**body, field: value})
+    return wire.decode_commit("g", {**body, "offsets": [{**ENTRY, field: value}]})
+
+
+@pytest.mark.parametrize(
+    ("decode", "schema", "field"),
+    [
+        (_heartbeat, _schema("HeartbeatRequest")["properties"], "memberEpoch"),
+        (_heartbeat, _schema("HeartbeatRequest")["properties"], "rebalanceTimeoutMs"),
+        (_commit, _schema("OffsetCommitRequest")["properties"], "memberEpoch"),
+        *[
+            (
+                _commit,
+                _schema("OffsetCommitRequest")["properties"]["offsets"]["items"]["properties"],
+                f,
+            )
+            for f in ("partition", "offset", "leaderEpoch")
+        ],
+    ],
+)
+def test_documented_integer_ranges_are_the_decoders(
+    decode: Any, schema: dict[str, Any], field: str
+) -> None:
+    """The document's minimum and maximum are exactly what the server accepts, written as an
+    integer or as an integral number (JSON Schema's integer includes 5.0)."""
+    minimum, maximum = schema[field]["minimum"], schema[field]["maximum"]
+    for value in (minimum, maximum, decimal.Decimal(minimum), decimal.Decimal(f"{maximum}.0")):
+        decode(field, value)
+    for value in (minimum - 1, maximum + 1, decimal.Decimal(minimum) + decimal.Decimal("0.5")):
+        with pytest.raises(errors.InvalidRequest, match=field):
+            decode(field, value)
+
+
+def test_the_partition_query_format_is_declared() -> None:
+    pattern = _fetch_parameter("partition")["schema"]["items"]["pattern"]
+    for text in ("t:0", "a:b:2147483647", "t:0000000001"):
+        assert re.fullmatch(pattern, text)
+        wire.decode_fetch("g", {"partition": [text]})
+    for text in ("t", ":1", "t:", "t:²", "t:-1", "t:+1", "t: 1", "t:" + "9" * 11):
+        assert not re.fullmatch(pattern, text)
+        with pytest.raises(errors.InvalidRequest):
+            wire.decode_fetch("g", {"partition": [text]})
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(text=st.from_regex(r"\A[^:]{1,20}:[0-9]{1,10}\Z"))
+def test_every_partition_the_pattern_admits_is_decoded(text: str) -> None:
+    pattern = _fetch_parameter("partition")["schema"]["items"]["pattern"]
+    assert re.fullmatch(pattern, text)
+    topic, _, number = text.rpartition(":")
+    if int(number) <= wire.INT32_MAX:
+        assert wire.decode_fetch("g", {"partition": [text]}).partitions == ((topic, int(number)),)
+    else:
+        with pytest.raises(errors.InvalidRequest, match="between 0 and 2147483647"):
+            wire.decode_fetch("g", {"partition": [text]})
+
+
+def test_the_commit_documents_that_a_partition_comes_once() -> None:
+    offsets = _schema("OffsetCommitRequest")["properties"]["offsets"]
+    assert "committed twice" in offsets["description"]
+    assert "INVALID_REQUEST" in offsets["description"]
+    twice = {"memberId": "", "memberEpoch": -1, "offsets": [ENTRY, ENTRY]}
+    with pytest.raises(errors.InvalidRequest, match="committed twice"):
+        wire.decode_commit("g", twice)
