@@ -146,30 +146,41 @@ def _free_partitions(owner: dict[str, list[int]], topics: list[str]) -> list[api
 _PARTITION_MAJOR = operator.itemgetter(1, 0)
 
 
+_UNDER, _AT_LOW, _FULL = 0, 1, 2
+
+
 @dataclass(slots=True)
 class _Quotas:
     """Who may still take partitions, as Kafka's ``ConstrainedAssignmentBuilder`` tracks it.
 
-    ``under`` are the members below the low quota, in member order. ``at_low`` are members at
-    exactly the low quota that may still take one more, first come first served, while
-    ``extra_left`` high-quota slots remain.
+    ``status[member]`` is ``_UNDER`` below the low quota, ``_AT_LOW`` at exactly the low
+    quota while it may still take one of the ``extra_left`` high-quota slots, ``_FULL``
+    otherwise. ``queue`` lists the members in the order they reached the low quota: the
+    extra slots go to its ``_AT_LOW`` members first come, first served.
     """
 
     low: int
-    under: list[int]
-    at_low: list[int]
     extra_left: int
+    status: list[int]
+    queue: list[int]
+
+    def under(self) -> list[int]:
+        return [index for index, status in enumerate(self.status) if status == _UNDER]
+
+    def at_low(self) -> list[int]:
+        return [index for index in self.queue if self.status[index] == _AT_LOW]
 
     def reached_low(self, index: int) -> None:
-        self.under.remove(index)
-        if self.extra_left > 0:
-            self.at_low.append(index)
+        self.status[index] = _AT_LOW if self.extra_left > 0 else _FULL
+        self.queue.append(index)
 
     def take_extra(self, index: int) -> None:
-        self.at_low.remove(index)
+        self.status[index] = _FULL
         self.extra_left -= 1
         if self.extra_left == 0:
-            self.at_low.clear()
+            # No slot is left: every member at the low quota is full (Kafka clears its list).
+            for queued in self.queue:
+                self.status[queued] = _FULL
 
 
 def _assign_equal(
@@ -190,21 +201,17 @@ def _assign_equal(
     # assignOwnedPartitions: in member order, a member with a high quota's worth of claims
     # keeps that many while high-quota slots remain; any other keeps at most the low quota
     # and, while slots remain, may take one more later.
-    quotas = _Quotas(low_quota, [], [], extra)
+    quotas = _Quotas(low_quota, extra, [_UNDER] * members, [])
     for index, mine in enumerate(kept):
         held = len(mine)
         if held < low_quota:
-            quotas.under.append(index)
             continue
         if held >= high_quota and quotas.extra_left > 0:
-            quotas.extra_left -= 1
-            if quotas.extra_left == 0:
-                quotas.at_low.clear()
+            quotas.take_extra(index)
             quota = high_quota
         else:
+            quotas.reached_low(index)
             quota = low_quota
-            if quotas.extra_left > 0:
-                quotas.at_low.append(index)
         if held > quota:
             mine.sort(key=_PARTITION_MAJOR)
             for topic, partition in mine[quota:]:
@@ -233,7 +240,7 @@ def _deal_aligned(
     kept = claims.kept
     waiting: dict[str, deque[int]] = defaultdict(deque)
     room = [0] * len(kept)
-    for index in quotas.under:
+    for index in quotas.under():
         room[index] = quotas.low - len(kept[index])
         rack = racks.member_racks[index]
         if rack is not None:
@@ -277,10 +284,11 @@ def _return_unplaced(
             index = previous[partition]
             if holder >= 0 or index < 0:
                 continue
-            if index in quotas.under:
+            status = quotas.status[index]
+            if status == _UNDER:
                 if len(claims.kept[index]) + len(fresh[index]) + 1 == quotas.low:
                     quotas.reached_low(index)
-            elif index in quotas.at_low:
+            elif status == _AT_LOW:
                 quotas.take_extra(index)
             else:
                 continue
@@ -298,8 +306,8 @@ def _deal(
     the low quota (each leaving the round once it reaches it and queueing for one more),
     then one each to the members queued at the low quota. A full round is one strided slice.
     """
-    need = {index: quotas.low - len(kept[index]) - len(fresh[index]) for index in quotas.under}
-    active = quotas.under
+    active = quotas.under()
+    need = {index: quotas.low - len(kept[index]) - len(fresh[index]) for index in active}
     start = dealt = 0
     for level in sorted(set(need.values())):
         width = len(active)
@@ -309,9 +317,12 @@ def _deal(
         start, dealt = end, level
         remaining: list[int] = []
         for index in active:
-            (remaining if need[index] > level else quotas.at_low).append(index)
+            if need[index] > level:
+                remaining.append(index)
+            else:
+                quotas.reached_low(index)
         active = remaining
-    for index, partition in zip(quotas.at_low, free[start:], strict=False):
+    for index, partition in zip(quotas.at_low(), free[start:], strict=False):
         fresh[index].append(partition)
 
 
