@@ -34,9 +34,10 @@ tagged-field section: tag ``MEMBER_STATE_IDS_TAG`` (1000, far above the tags Kaf
 from 0), one byte ``1`` meaning "State holds Kafka's ids". Kafka's readers keep an unknown
 tag as an unknown tagged field, so they read the value unchanged. A value without the tag
 was written by an earlier version (those never wrote a tagged field), and its state is
-renumbered once, on reading, through ``_OLD_MEMBER_STATE_IDS``. The marker travels inside
-each record, so compaction cannot separate a record from it; re-writing an old record
-(the coordinator's next write for that member, or the compaction job) writes the marker.
+renumbered on reading, through ``_OLD_MEMBER_STATE_IDS``. The marker travels inside each
+record, so neither log compaction nor a checkpoint (which keeps records' bytes) can separate
+a record from it. The coordinator's next write for that member carries the marker; until
+then the old record is simply renumbered each time it is read.
 
 Our own records use key versions far above Kafka's, so Kafka's loader skips them as unknown
 types; their keys follow Kafka's non-flexible key style and their values Kafka's flexible
