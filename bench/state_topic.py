@@ -2,18 +2,22 @@
 
 * **commit path**: N concurrent committers (1, 10, 100), each committing its own group's
   offset again and again for a fixed time. Ours goes through ``CoordinatorRuntime``
-  (validate, produce with ``acks=all``, replay, reply). Peers on the same broker in the same
-  run: the broker's own OffsetCommit (a confluent-kafka ``Consumer`` with a ``group.id``
-  per committer, ``commit(asynchronous=False)``, one thread each), and a plain ``acks=all``
-  produce of one record per request with N in flight (the floor any durable commit pays).
+  (validate, one transaction per batch of queued commits on the partition's fenced
+  transactional producer, replay, reply). Peers on the same broker in the same run: the
+  broker's own OffsetCommit (a confluent-kafka ``Consumer`` with a ``group.id`` per
+  committer, ``commit(asynchronous=False)``, one thread each), a plain ``acks=all`` produce
+  of one record per request with N in flight (the floor any durable commit pays), and a
+  transactional produce of one record per transaction, one transactional producer per state
+  partition as ours has, min(N, 50) in flight (the floor any fenced write pays).
 * **start-up load**: a state topic of 50 partitions holding 1,000,000 offset-commit records
   over 100,000 live keys (each key committed 10 times), loaded by a new runtime (marker,
   read, compaction, decode, replay into the shards), against a plain confluent-kafka
   consumer reading the same topic end to end. Memory per live key is the traced allocation
   growth of a second, traced load (``tracemalloc``), divided by the live keys.
 
-Targets (issue 3): commit throughput at 100 committers >= 1.0x native; commit p99 <= 2x the
-plain produce p99; load time <= 1.3x the raw read; <= 300 bytes per live key.
+Targets (issue 3, kept by issue 9 with fencing on): commit throughput at 100 committers
+>= 1.0x native; commit p99 <= 2x the plain produce p99; load time <= 1.3x the raw read;
+<= 300 bytes per live key.
 
 Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller.
 """
@@ -187,6 +191,42 @@ async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) 
     return _summary(latencies, time.perf_counter() - started)
 
 
+def _transactional_produce(
+    bootstrap: str, topic: str, n: int, duration_s: float
+) -> dict[str, float]:
+    """min(N, partitions) threads, each committing one record per transaction on its own
+    partition's transactional producer."""
+    workers = min(n, STATE_PARTITIONS)
+    producers = [
+        Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": f"{topic}.{index}.bench",
+                "linger.ms": 0,
+                "socket.nagle.disable": True,
+            }
+        )
+        for index in range(workers)
+    ]
+    for producer in producers:
+        producer.init_transactions(30)
+    barrier = threading.Barrier(workers)
+
+    def work(index: int, latencies: list[float]) -> None:
+        producer = producers[index]
+        barrier.wait()
+        deadline = time.perf_counter() + duration_s
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            producer.begin_transaction()
+            producer.produce(topic, b"x" * 40, f"bench-txn-{index}".encode(), partition=index)
+            producer.commit_transaction(30)
+            latencies.append(time.perf_counter() - started)
+
+    latencies, elapsed = _threads(workers, work)
+    return _summary(latencies, elapsed)
+
+
 async def commit_path(bootstrap: str, duration_s: float) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("bench", 1, 1), NewTopic("bench-plain", STATE_PARTITIONS, 1)])
@@ -201,14 +241,21 @@ async def commit_path(bootstrap: str, duration_s: float) -> dict[str, Any]:
             ours = await _ours(runtime, n, duration_s)
             native = await asyncio.to_thread(_native, bootstrap, "bench", n, duration_s)
             plain = await _plain_produce(bootstrap, "bench-plain", n, duration_s)
+            fenced = await asyncio.to_thread(
+                _transactional_produce, bootstrap, "bench-plain", n, duration_s
+            )
             results[str(n)] = {
                 "ours": ours,
                 "native_offset_commit": native,
                 "plain_produce_acks_all": plain,
+                "transactional_produce": fenced,
                 "throughput_vs_native": round(
                     ours["throughput_per_s"] / native["throughput_per_s"], 2
                 ),
                 "p99_vs_plain_produce": round(ours["p99_ms"] / plain["p99_ms"], 2),
+                "throughput_vs_transactional_produce": round(
+                    ours["throughput_per_s"] / fenced["throughput_per_s"], 2
+                ),
             }
             print(f"  {n:>3} committers: {json.dumps(results[str(n)])}", flush=True)
     finally:

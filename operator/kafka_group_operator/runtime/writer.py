@@ -301,8 +301,11 @@ class StateWriter:
             "bootstrap.servers": bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",
-            # Concurrent requests are already batched by the per-partition queues.
-            "linger.ms": 1,
+            # Concurrent requests are already batched by the per-partition queues, and a
+            # commit sends what it holds at once: waiting would only add latency, and every
+            # idle producer's threads would wake at that interval.
+            "linger.ms": 0,
+            "socket.nagle.disable": True,
             # Kafka's offsets.commit.timeout.ms: how long a write may wait for the brokers.
             "message.timeout.ms": timeout_ms,
             # librdkafka requires it to be at least message.timeout.ms; the broker aborts a
