@@ -67,13 +67,24 @@ class Group:
 
 
 def transferring(spec: api.GroupSpec, target: api.GroupAssignment) -> dict[api.TopicPartition, str]:
-    """Kafka's ``partitionsTransferringOwnership``: owned by one member, assigned to another."""
-    owners = {claim: member for member, sub in spec.members.items() for claim in sub.owned}
+    """Kafka's ``partitionsTransferringOwnership``: a partition assigned to a member other
+    than its previous owner (the claimant of the highest generation, a missing generation
+    counting as -1), or one that several members claim at that generation."""
+    best: dict[api.TopicPartition, tuple[int, set[str]]] = {}
+    for member, sub in spec.members.items():
+        generation = -1 if sub.generation is None else sub.generation
+        for claim in sub.owned:
+            top, owners = best.get(claim, (generation, set()))
+            if generation > top:
+                top, owners = generation, set()
+            if generation == top:
+                owners.add(member)
+            best[claim] = (top, owners)
     return {
         claim: member
         for member, partitions in target.items()
         for claim in partitions
-        if owners.get(claim, member) != member
+        if claim in best and best[claim][1] != {member}
     }
 
 
@@ -196,4 +207,150 @@ def test_add_remove_two_consumers_two_topics(name: str, rack_config: str) -> Non
     )
     assert assignment["consumer4"] == sorted([tp("topic2", 2), tp("topic1", 1), tp("topic2", 0)])
     assert moves == {}
+    assert fully_balanced(assignment)
+
+
+Claim = tuple[str, int, Sequence[str], Sequence[api.TopicPartition], int | None]
+
+
+def group_of(rack_config: str, partitions: Mapping[str, int], members: Sequence[Claim]) -> Group:
+    group = Group(rack_config, partitions)
+    for member, index, topics, owned, generation in members:
+        group.subscribe(member, index, topics, owned, generation)
+    return group
+
+
+T, T1, T2, T3 = "topic", "topic1", "topic2", "topic3"
+C1, C2, C3, C4 = "consumer1", "consumer2", "consumer3", "consumer4"
+G = GENERATION
+
+# (Kafka test, partitions per topic, members (id, rack index, topics, owned, generation),
+#  the assignment Kafka asserts (as sets; members it does not assert are left out), and
+#  its partitionsTransferringOwnership).
+KAFKA_CASES = [
+    (
+        "testTwoConsumersTwoTopicsSixPartitions",
+        {T1: 3, T2: 3},
+        [(C1, 0, [T1, T2], [], None), (C2, 1, [T1, T2], [], None)],
+        {C1: {(T1, 0), (T1, 2), (T2, 1)}, C2: {(T1, 1), (T2, 0), (T2, 2)}},
+        {},
+    ),
+    (
+        "testConsumerOwningMinQuotaExpectedMaxQuota",
+        {T1: 2, T2: 3},
+        [(C1, 0, [T1, T2], [(T1, 0), (T2, 1)], G), (C2, 1, [T1, T2], [(T1, 1), (T2, 2)], G)],
+        {C1: {(T1, 0), (T2, 1), (T2, 0)}, C2: {(T1, 1), (T2, 2)}},
+        {},
+    ),
+    (
+        "testAllConsumersAreUnderMinQuota",
+        {T1: 2, T2: 3},
+        [
+            (C1, 0, [T1, T2], [(T1, 0)], G),
+            (C2, 1, [T1, T2], [(T1, 1)], G),
+            (C3, 2, [T1, T2], [], G),
+        ],
+        {C1: {(T1, 0), (T2, 1)}, C2: {(T1, 1), (T2, 2)}, C3: {(T2, 0)}},
+        {},
+    ),
+    (
+        "testAddRemoveConsumerOneTopic (second step)",
+        {T: 3},
+        [(C1, 0, [T], [(T, 0), (T, 1), (T, 2)], G), (C2, 1, [T], [], G)],
+        {C1: {(T, 0), (T, 1)}, C2: {(T, 2)}},
+        {(T, 2): C2},
+    ),
+    (
+        "testAllConsumersReachExpectedQuotaAndAreConsideredFilled",
+        {T: 4},
+        [(C1, 0, [T], [(T, 0), (T, 1)], G), (C2, 1, [T], [(T, 2)], G), (C3, 2, [T], [], G)],
+        {C1: {(T, 0), (T, 1)}, C2: {(T, 2)}, C3: {(T, 3)}},
+        {},
+    ),
+    (
+        "testOwnedPartitionsAreInvalidatedForConsumerWithStaleGeneration",
+        {T: 3, T2: 3},
+        [
+            (C1, 0, [T, T2], [(T, 0), (T, 2), (T2, 1)], 10),
+            (C2, 1, [T, T2], [(T, 0), (T, 2), (T2, 1)], 9),
+        ],
+        {C1: {(T, 0), (T, 2), (T2, 1)}, C2: {(T, 1), (T2, 0), (T2, 2)}},
+        {},
+    ),
+    (
+        "testOwnedPartitionsAreInvalidatedForConsumerWithNoGeneration",
+        {T: 3, T2: 3},
+        [
+            (C1, 0, [T, T2], [(T, 0), (T, 2), (T2, 1)], 10),
+            (C2, 1, [T, T2], [(T, 0), (T, 2), (T2, 1)], None),
+        ],
+        {C1: {(T, 0), (T, 2), (T2, 1)}, C2: {(T, 1), (T2, 0), (T2, 2)}},
+        {},
+    ),
+    (
+        "testPartitionsTransferringOwnershipIncludeThePartitionClaimedByMultipleConsumers"
+        "InSameGeneration",
+        {T: 3},
+        [(C1, 0, [T], [(T, 0), (T, 1)], G), (C2, 1, [T], [(T, 0), (T, 2)], G), (C3, 2, [T], [], G)],
+        {C1: {(T, 1)}, C2: {(T, 2)}, C3: {(T, 0)}},
+        {(T, 0): C3},
+    ),
+    (
+        "testEnsurePartitionsAssignedToHighestGeneration",
+        {T: 3, T2: 3, T3: 3},
+        [
+            (C1, 0, [T, T2, T3], [(T, 0), (T2, 0), (T3, 0)], 10),
+            (C2, 1, [T, T2, T3], [(T, 1), (T2, 1), (T3, 1)], 9),
+            (C3, 1, [T, T2, T3], [(T2, 1), (T3, 0), (T3, 2)], 8),
+        ],
+        {
+            C1: {(T, 0), (T2, 0), (T3, 0)},
+            C2: {(T, 1), (T2, 1), (T3, 1)},
+            C3: {(T, 2), (T2, 2), (T3, 2)},
+        },
+        {},
+    ),
+    (
+        "testNoReassignmentOnCurrentMembers",
+        {T: 3, T1: 3, T2: 3, T3: 3},
+        [
+            (C1, 0, [T, T2, T3, T1], [], None),
+            (C2, 1, [T, T2, T3, T1], [(T, 0), (T2, 0), (T1, 0)], 9),
+            (C3, 2, [T, T2, T3, T1], [(T3, 2), (T2, 2), (T1, 1)], 8),
+            (C4, 3, [T, T2, T3, T1], [(T3, 1), (T, 1), (T, 2)], 7),
+        ],
+        {C1: {(T1, 2), (T2, 1), (T3, 0)}},
+        {},
+    ),
+    (
+        "testOwnedPartitionsAreInvalidatedForConsumerWithMultipleGeneration",
+        {T: 3, T2: 3},
+        [
+            (C1, 0, [T, T2], [(T, 0), (T2, 1), (T, 1)], 10),
+            (C2, 1, [T, T2], [(T, 0), (T2, 1), (T2, 2)], 8),
+        ],
+        {C1: {(T, 0), (T2, 1), (T, 1)}, C2: {(T, 2), (T2, 2), (T2, 0)}},
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("rack_config", RACK_CONFIGS)
+@pytest.mark.parametrize("name", STICKY)
+@pytest.mark.parametrize(
+    ("partitions", "members", "expected", "moves"),
+    [pytest.param(*case[1:], id=case[0]) for case in KAFKA_CASES],
+)
+def test_kafka_cases(
+    name: str,
+    rack_config: str,
+    partitions: dict[str, int],
+    members: list[Claim],
+    expected: dict[str, set[api.TopicPartition]],
+    moves: dict[api.TopicPartition, str],
+) -> None:
+    """One ``assignPartitions`` call of each test, with the assertions Kafka makes."""
+    assignment, transfers = assign(name, group_of(rack_config, partitions, members))
+    assert {member: set(assignment[member]) for member in expected} == expected
+    assert transfers == moves
     assert fully_balanced(assignment)
