@@ -8,9 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from aiohttp import test_utils
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from kafka_group_operator.api import app
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime
@@ -310,6 +312,15 @@ async def test_describe_lag_never_waits_for_a_stalled_broker(
             assert stale.log_end_age_ms is not None
             assert before.log_end_age_ms is not None
             assert stale.log_end_age_ms >= before.log_end_age_ms + 900
+            # The member API's describe says how old its lag is.
+            async with test_utils.TestClient(
+                test_utils.TestServer(app.build_app(runtime, None))
+            ) as http:
+                reply = await asyncio.wait_for(http.get("/v1/groups/lagged"), 10)
+                described = await reply.json()
+            assert reply.status == 200, described
+            assert described["logEndAgeMs"] >= stale.log_end_age_ms
+            assert described["totalLag"] == sum(stale.lag.values())
         finally:
             await asyncio.to_thread(fresh_broker.start)
 

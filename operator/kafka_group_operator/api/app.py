@@ -21,6 +21,7 @@ from aiohttp.typedefs import Middleware
 
 from kafka_group_operator.api import openapi, tokens, wire
 from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.runtime import coordinator_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class Coordinator(Protocol):
     async def describe_group(self, group_id: str) -> messages.GroupDescription: ...
 
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
+
+    async def group_lag_report(self, group_id: str) -> coordinator_runtime.GroupLag:
+        """The lag from cached log ends and their age; never waits for the brokers."""
+        ...
 
     def unhealthy_partitions(self) -> list[int]:
         """State partitions that cannot serve until the process restarts (a task of theirs
@@ -158,8 +163,10 @@ async def _describe(request: web.Request) -> web.Response:
     group = _group(request)
     coordinator = _coordinator(request)
     description = await coordinator.describe_group(group)
-    lag = await coordinator.group_lag(group)
-    return web.json_response(wire.encode_description(description, lag))
+    report = await coordinator.group_lag_report(group)
+    return web.json_response(
+        wire.encode_description(description, report.lag, report.log_end_age_ms)
+    )
 
 
 async def _list(request: web.Request) -> web.Response:

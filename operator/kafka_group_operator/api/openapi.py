@@ -192,6 +192,7 @@ _SCHEMAS: dict[str, Schema] = {
             "members",
             "lag",
             "totalLag",
+            "logEndAgeMs",
         ],
         "properties": {
             "groupId": {"type": "string"},
@@ -213,6 +214,12 @@ _SCHEMAS: dict[str, Schema] = {
                 },
             },
             "totalLag": {"type": "integer", "minimum": 0},
+            "logEndAgeMs": {
+                **_nullable({"type": "integer", "minimum": 0}),
+                "description": "Age of the oldest log-end offset the lag was computed from "
+                "(log ends are read in the background, so a describe never waits for the "
+                "brokers); null when none is known yet, and lag then lists no partition.",
+            },
         },
     },
     "MemberDescription": {

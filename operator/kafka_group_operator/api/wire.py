@@ -296,7 +296,9 @@ def encode_fetch(response: messages.OffsetFetchResponse) -> Json:
 
 
 def encode_description(
-    description: messages.GroupDescription, lag: Mapping[messages.TopicPartition, int]
+    description: messages.GroupDescription,
+    lag: Mapping[messages.TopicPartition, int],
+    log_end_age_ms: int | None = None,
 ) -> Json:
     return {
         "groupId": description.group_id,
@@ -327,6 +329,8 @@ def encode_description(
             for (topic, partition), value in sorted(lag.items())
         ],
         "totalLag": sum(max(value, 0) for value in lag.values()),
+        # Lag comes from log ends cached in the background: how old the oldest one used is.
+        "logEndAgeMs": log_end_age_ms,
     }
 
 
