@@ -11,9 +11,11 @@ import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import jsonschema
+import kopf
 import pytest
 import pytest_asyncio
 from aiohttp import test_utils
@@ -23,6 +25,7 @@ from yarl import URL
 
 from kafka_group_operator.api import app, openapi, tokens
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import lifecycle
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.runtime import topic as state_topic
 from tests.runtime import logs
@@ -364,11 +367,16 @@ async def test_the_documented_minimum_and_integral_numbers_are_served(
 
 
 async def test_a_405_names_the_allowed_methods(http: test_utils.TestClient[Any, Any]) -> None:
-    reply = await http.delete("/v1/groups/group-a/offsets", headers=auth("group-a"))
-    assert reply.status == 405
-    assert set(reply.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
-    reply = await http.put("/v1/groups/group-a/heartbeat", headers=auth("group-a"))
-    assert (reply.status, reply.headers["Allow"]) == (405, "POST")
+    """RFC 9110: a 405 carries Allow; it lists the documented methods (GET implies HEAD)."""
+    for template, item in DOCUMENT["paths"].items():
+        path = template.replace("{group}", "group-a")
+        documented = {method.upper() for method in item if method != "parameters"}
+        allowed = documented | ({"HEAD"} if "GET" in documented else set())
+        for method in {"GET", "POST", "PUT", "PATCH", "DELETE"} - documented:
+            reply = await http.request(method, path, headers=auth("group-a"))
+            assert reply.status == 405, (method, path)
+            assert set(reply.headers["Allow"].split(",")) == allowed, (method, path)
+            conforms(await reply.json(), "Error")
 
 
 async def test_healthz_fails_while_a_state_partition_cannot_serve(
@@ -394,3 +402,9 @@ async def test_healthz_fails_while_a_state_partition_cannot_serve(
             conforms(health, "Health")
         finally:
             await client.close()
+        # The chart's liveness probe is kopf's, which fails too (kopf answers it with a 500).
+        slot = lifecycle._Slot(
+            state=cast(lifecycle.OperatorState, SimpleNamespace(runtime=runtime))
+        )
+        with pytest.raises(kopf.PermanentError, match=r"state partitions \[1\]"):
+            lifecycle.coordinator_probe({lifecycle.SLOT_KEY: slot})

@@ -248,5 +248,11 @@ def _data(data: str | bytes | None) -> bytes | None:
 
 @kopf.on.probe(id="coordinator")
 def coordinator_probe(memo: Any, **_: Any) -> bool:
-    """Liveness detail: whether the embedded coordinator is running."""
-    return started(memo) is not None
+    """Liveness detail: whether the embedded coordinator is running. A state partition that
+    cannot serve until the process restarts fails the probe (kopf then answers 500), so that
+    Kubernetes restarts the pod."""
+    state = started(memo)
+    unhealthy = state.runtime.unhealthy_partitions() if state is not None else []
+    if unhealthy:
+        raise kopf.PermanentError(f"state partitions {unhealthy} cannot serve until a restart")
+    return state is not None
