@@ -118,6 +118,68 @@ async def test_a_newer_writer_fences_the_older_one_for_good(
         second.stop()
 
 
+def _record(offset: int) -> tuple[bytes, bytes | None]:
+    return codec.encode_record(
+        records.Record(
+            records.OffsetCommitKey("g", "t", 0), records.OffsetCommitValue(offset, -1, "", 0)
+        )
+    )
+
+
+def _in_doubt(state_writer: writer.StateWriter, partition: int) -> None:
+    """As after a commit that timed out and could not be aborted (this broker never answers a
+    fenced producer's EndTxn): the outcome is unknown and the producer is dropped."""
+    producer = state_writer._producers[partition]
+    producer._in_doubt = True
+    producer._drop()
+
+
+async def test_after_an_unknown_outcome_a_writer_does_not_fence_the_new_holder_back(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+    marker = codec.encode_record(
+        records.Record(
+            records.LoadMarkerKey(), records.LoadMarkerValue(second.marker_nonce("load"), 0)
+        )
+    )
+    try:
+        await first.append(0, [_record(1)])
+        await second.append(0, [marker])  # the second coordinator's load takes the partition
+        _in_doubt(first, 0)
+        # A new producer would fence the second; the second's marker says not to.
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [_record(2)])
+        await second.append(0, [_record(3)])
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def test_after_an_unknown_outcome_a_writer_alone_writes_on(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    alone.start()
+    # Jobs append markers too (to find a partition's end); they are no coordinator's.
+    logs.read_partition(broker.bootstrap, name, 0)
+    try:
+        await alone.append(0, [_record(1)])
+        logs.read_partition(broker.bootstrap, name, 0)
+        _in_doubt(alone, 0)
+        await alone.append(0, [_record(2)])
+        assert not alone.fenced(0)
+    finally:
+        alone.stop()
+
+
 async def test_records_of_a_transaction_not_committed_are_never_loaded(
     broker: embedded.EmbeddedBroker,
 ) -> None:
