@@ -32,6 +32,9 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
         "ssl.ca.location": str(tmp_path / "ca.crt"),
     }
     assert settings.kube_server is None
+    # The coordinator listener tells clients the member API's host unless told otherwise.
+    assert settings.kafka_port == 9092
+    assert config.kafka_listener_host(settings) == "kgo.system.svc"
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,8 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
     [
         ({}, "KGO_BOOTSTRAP_SERVERS"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_API_PORT": "http"}, "KGO_API_PORT"),
+        ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_PORT": "x"}, "KGO_KAFKA_PORT"),
+        ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_TLS_CERT_FILE": "c.pem"}, "go together"),
         (
             {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_CONFIG_DIR": "/nonexistent"},
             "does not exist",

@@ -10,10 +10,13 @@ import uuid
 
 import aiohttp
 import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.api_versions.v0.response import ApiVersionsResponse
 
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import lifecycle
+from kafka_group_operator.protocol import framing
 from tests.support import kube
 
 pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.kmock(cls=kube.ApiServer)]
@@ -29,6 +32,7 @@ async def test_the_coordinator_starts_once_kafka_is_up(kmock: kube.ApiServer) ->
         api_host="127.0.0.1",
         api_port=port,
         coordinator_url=f"http://127.0.0.1:{port}",
+        kafka_port=embedded.free_port(),
         kube_server=str(kmock.url).rstrip("/"),
     )
     async with kube.RunningOperator(config, wait_for_coordinator=False) as operator:
@@ -55,6 +59,7 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
 ) -> None:
     """The real entry point (as the chart's Deployment runs it), stopped with SIGTERM."""
     api_port, health_port = embedded.free_port(), embedded.free_port()
+    kafka_port = embedded.free_port()
     environment = {
         **os.environ,
         "KGO_BOOTSTRAP_SERVERS": broker.bootstrap,
@@ -63,6 +68,7 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
         "KGO_API_HOST": "127.0.0.1",
         "KGO_API_PORT": str(api_port),
         "KGO_COORDINATOR_URL": f"http://127.0.0.1:{api_port}",
+        "KGO_KAFKA_PORT": str(kafka_port),
         "KGO_KUBE_SERVER": str(kmock.url).rstrip("/"),
     }
     process = await asyncio.create_subprocess_exec(
@@ -87,6 +93,14 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
             assert health.get("coordinator") is True, health
             async with session.get(f"http://127.0.0.1:{api_port}/healthz") as response:
                 assert response.status == 200
+            # The coordinator listener answers Kafka's ApiVersions beside the member API.
+            reader, writer = await asyncio.open_connection("127.0.0.1", kafka_port)
+            writer.write(framing.encode_request(ApiVersionsRequest(), 1))
+            payload = await asyncio.wait_for(framing.read_frame(reader), 10)
+            writer.close()
+            assert payload is not None
+            _, versions = framing.read_response(payload, ApiVersionsResponse)
+            assert versions.error_code == 0
             body = {
                 "apiVersion": "kafkagroups.io/v1alpha1",
                 "kind": "ConsumerGroup",

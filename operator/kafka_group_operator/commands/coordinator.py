@@ -5,6 +5,8 @@ operator would take from a ConsumerGroup resource come from ``--groups FILE`` in
 object ``{group: {"sessionTimeoutMs": ..., "heartbeatIntervalMs": ..., "assignor": ...,
 "rebalanceTimeoutMs": ..., "offsetsRetentionMs": ..., "topics": [...]}}``. Without
 ``--tokens FILE`` the API runs unauthenticated, which is logged as a warning.
+``--kafka-port`` also serves the groups on the Kafka protocol (the coordinator listener),
+with the same tokens as SASL/PLAIN passwords (username = group id).
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="port of the member API")
+    parser.add_argument(
+        "--kafka-port",
+        type=int,
+        help="also serve the groups on the Kafka protocol on this port (0: any free port)",
+    )
+    parser.add_argument(
+        "--kafka-advertised-host", help="host Kafka clients are told to use (default: --host)"
+    )
+    parser.add_argument("--kafka-tls-cert", type=Path, help="PEM certificate: Kafka over TLS")
+    parser.add_argument("--kafka-tls-key", type=Path, help="PEM private key of --kafka-tls-cert")
     parser.add_argument("--topic", default="kafka-group-operator.group-state")
     parser.add_argument("--partitions", type=int, default=50)
     parser.add_argument("--replication-factor", type=int, default=1)
@@ -119,15 +131,38 @@ async def serve(
         loop.add_signal_handler(signum, this_task.cancel)
     runner = web.AppRunner(api_app.build_app(runtime, token_store), access_log=None)
     await runner.setup()
+    kafka_listener = None
+    if args.kafka_port is not None:
+        from kafka_group_operator.protocol import listener as protocol_listener
+
+        kafka_listener = protocol_listener.Listener(
+            runtime,
+            token_store,
+            protocol_listener.ListenerConfig(
+                host=args.host,
+                port=args.kafka_port,
+                advertised_host=args.kafka_advertised_host,
+                certificate_file=str(args.kafka_tls_cert) if args.kafka_tls_cert else None,
+                key_file=str(args.kafka_tls_key) if args.kafka_tls_key else None,
+            ),
+        )
     try:
         await runtime.start()
-        try:
-            await web.TCPSite(runner, args.host, args.port).start()
-        except OSError as error:
-            raise common.CommandError(
-                f"cannot listen on {args.host}:{args.port}: {error.strerror or error}"
-            ) from None
+        for port, start in (
+            (args.port, web.TCPSite(runner, args.host, args.port).start),
+            (args.kafka_port, kafka_listener.start if kafka_listener else None),
+        ):
+            if start is None:
+                continue
+            try:
+                await start()
+            except OSError as error:
+                raise common.CommandError(
+                    f"cannot listen on {args.host}:{port}: {error.strerror or error}"
+                ) from None
         logger.info("member API on http://%s:%d (state topic %s)", args.host, args.port, args.topic)
+        if kafka_listener is not None:
+            logger.info("Kafka protocol on %s:%d", args.host, kafka_listener.port)
         await runtime.wait_until_loaded()
         for settings in group_settings:
             await runtime.configure_group(settings)
@@ -136,6 +171,8 @@ async def serve(
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
         await runner.cleanup()
+        if kafka_listener is not None:
+            await kafka_listener.stop()
         # Bounded: with the brokers gone, pending writes could otherwise hold the exit.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(runtime.stop(), STOP_TIMEOUT_S)
@@ -150,6 +187,16 @@ def run(args: argparse.Namespace) -> int:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:
         raise common.UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    if args.kafka_port is not None and not 0 <= args.kafka_port < 65536:
+        raise common.UsageError(f"--kafka-port must be between 0 and 65535, not {args.kafka_port}")
+    if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
+        raise common.UsageError("--kafka-tls-cert and --kafka-tls-key go together")
+    for option, path in (
+        ("--kafka-tls-cert", args.kafka_tls_cert),
+        ("--kafka-tls-key", args.kafka_tls_key),
+    ):
+        if path is not None and not path.is_file():
+            raise common.UsageError(f"{option}: {path} is not a readable file")
     # Kafka must answer before the runtime's clients start: unreachable, that is one line
     # instead of their connection errors, logged on every retry.
     with kafka_lookup.lookup(args.bootstrap) as kafka:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # librdkafka needs file paths for these; the Secret mounts them as files with these names.
 _FILE_PROPERTIES = {
@@ -35,6 +36,12 @@ class OperatorConfig:
     api_port: int = 8080
     # What consumer pods use to reach the member API (the chart's Service).
     coordinator_url: str = "http://kafka-group-operator:8080"
+    # The coordinator listener (Kafka protocol) beside the member API: its port, the host it
+    # tells clients (default: the host of coordinator_url), and TLS when both files are set.
+    kafka_port: int = 9092
+    kafka_advertised_host: str | None = None
+    kafka_tls_cert_file: str | None = None
+    kafka_tls_key_file: str | None = None
     status_interval_seconds: float = 10.0
     # First retry delay of a spec that may heal (doubling up to 5 minutes).
     retry_base_seconds: float = 5.0
@@ -56,6 +63,10 @@ class OperatorConfig:
                 "KGO_BOOTSTRAP_SERVERS (the Kafka cluster of the state topic) is unset"
             )
         config_dir = env.get("KGO_KAFKA_CONFIG_DIR")
+        if bool(env.get("KGO_KAFKA_TLS_CERT_FILE")) != bool(env.get("KGO_KAFKA_TLS_KEY_FILE")):
+            raise ConfigError(
+                "KGO_KAFKA_TLS_CERT_FILE and KGO_KAFKA_TLS_KEY_FILE go together (listener TLS)"
+            )
         return cls(
             bootstrap_servers=bootstrap,
             state_topic=env.get("KGO_STATE_TOPIC", cls.state_topic),
@@ -66,6 +77,10 @@ class OperatorConfig:
             api_host=env.get("KGO_API_HOST", cls.api_host),
             api_port=_integer(env, "KGO_API_PORT", cls.api_port),
             coordinator_url=env.get("KGO_COORDINATOR_URL", cls.coordinator_url),
+            kafka_port=_integer(env, "KGO_KAFKA_PORT", cls.kafka_port),
+            kafka_advertised_host=env.get("KGO_KAFKA_ADVERTISED_HOST") or None,
+            kafka_tls_cert_file=env.get("KGO_KAFKA_TLS_CERT_FILE") or None,
+            kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,
             namespaces=tuple(
@@ -76,6 +91,11 @@ class OperatorConfig:
             ).strip()
             or None,
         )
+
+
+def kafka_listener_host(config: OperatorConfig) -> str:
+    """The host the coordinator listener advertises: set explicitly, else the member API's."""
+    return config.kafka_advertised_host or urlsplit(config.coordinator_url).hostname or "localhost"
 
 
 def read_kafka_config_dir(directory: Path) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """Operator start, stop and login: the embedded coordinator and its member API live here.
 
-Startup builds the ``OperatorState`` (settings, coordinator runtime, member API server, group
-tokens, Kubernetes client) and keeps it in kopf's ``memo``; every other handler finds it
-there with ``state_of(memo)``. Cleanup stops the API first (no new requests), then the
-runtime (which finishes its in-flight writes). Login hands kopf and our Kubernetes client the
+Startup builds the ``OperatorState`` (settings, coordinator runtime, member API server and
+coordinator listener (Kafka protocol), group tokens, Kubernetes client) and keeps it in kopf's
+``memo``; every other handler finds it there with ``state_of(memo)``. Cleanup stops the API
+and the listener first (no new requests), then the runtime (which finishes its in-flight
+writes). Login hands kopf and our Kubernetes client the
 same credentials.
 """
 
@@ -24,6 +25,7 @@ from kafka_group_operator.api import tokens
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import ownership
 from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
 
 # Our own prefix, so that kopf's bookkeeping reads as ours in `kubectl get -o yaml` and diffs.
@@ -46,6 +48,8 @@ class OperatorState:
     tokens: tokens.GroupTokens
     kube: kube_client.KubeClient
     api_runner: web.AppRunner
+    # The coordinator listener (Kafka protocol) on the same runtime and tokens.
+    kafka_listener: protocol_listener.Listener
     # (namespace, name) -> the generation last reconciled successfully. The status daemon
     # reports only on those, so it never hides a pending change or a failure's conditions.
     reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -154,11 +158,24 @@ async def _start_coordinator(
         group_tokens = tokens.GroupTokens(loaded=False)
         runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
         await runner.setup()
+        kafka_listener = protocol_listener.Listener(
+            runtime,
+            group_tokens,
+            protocol_listener.ListenerConfig(
+                host=config.api_host,
+                port=config.kafka_port,
+                advertised_host=operator_config.kafka_listener_host(config),
+                certificate_file=config.kafka_tls_cert_file,
+                key_file=config.kafka_tls_key_file,
+            ),
+        )
         try:
             await runtime.start()
             await web.TCPSite(runner, config.api_host, config.api_port).start()
+            await kafka_listener.start()
         except Exception as error:  # Kafka down, topic misconfigured, port taken: retry
             await runner.cleanup()
+            await kafka_listener.stop()
             with contextlib.suppress(Exception):
                 await runtime.stop()
             logger.warning("cannot start the coordinator (retry in %.0fs): %s", delay, error)
@@ -171,14 +188,16 @@ async def _start_coordinator(
             tokens=group_tokens,
             kube=kube_of(memo),
             api_runner=runner,
+            kafka_listener=kafka_listener,
         )
         # Code holding the operator's own memo (not a per-resource copy) may read it directly.
         memo[STATE_KEY] = slot.state
         logger.info(
-            "coordinator on state topic %s; member API on %s:%d",
+            "coordinator on state topic %s; member API on %s:%d, Kafka protocol on port %d",
             config.state_topic,
             config.api_host,
             config.api_port,
+            config.kafka_port,
         )
         await ownership.keep_loading_tokens(
             kube_of(memo), runtime, group_tokens, config.namespaces, logger
@@ -196,6 +215,7 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
     state = started(memo)
     if state is not None:
         await state.api_runner.cleanup()
+        await state.kafka_listener.stop()
         await state.runtime.stop()
         memo[STATE_KEY] = None
         memo[SLOT_KEY] = None
