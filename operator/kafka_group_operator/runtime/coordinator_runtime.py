@@ -13,9 +13,11 @@ validated against the same state (a commit changes nothing a commit is validated
 produced as one batch and replayed in order; if the batch is not acknowledged every one of
 them fails with a retriable error and none is replayed.
 
-A write whose fate is unknown (the brokers did not acknowledge it in time) leaves the log and
-memory possibly apart, so that partition is reloaded from the log; meanwhile its groups answer
-``COORDINATOR_LOAD_IN_PROGRESS``, exactly as while the runtime starts. Reads (fetch, describe)
+A write whose fate is unknown (the brokers did not acknowledge it in time) is never
+acknowledged; it leaves the log and memory possibly apart, so that partition is reloaded from
+the log (unless the writer finds that another coordinator took it meanwhile, see ``writer``);
+meanwhile its groups answer ``COORDINATOR_LOAD_IN_PROGRESS``, exactly as while the runtime
+starts. Reads (fetch, describe)
 are served from memory, which only ever holds durable state.
 
 Split brain is prevented by the brokers: each partition's writer is a transactional producer
