@@ -106,6 +106,12 @@ def test_deployment_runs_one_operator_with_the_settings() -> None:
     service = _find(docs, "Service", "kgo-kafka-group-operator")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["ports"][0]["port"] == 8080
+    # The coordinator listener (Kafka protocol) beside the member API.
+    assert env["KGO_KAFKA_PORT"] == "9092"
+    assert {"name": "kafka", "containerPort": 9092, "protocol": "TCP"} in container["ports"]
+    assert {"name": "kafka", "port": 9092, "targetPort": "kafka", "protocol": "TCP"} in service[
+        "spec"
+    ]["ports"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
