@@ -306,7 +306,7 @@ QUERIES = st.lists(
     st.tuples(st.sampled_from(["partition", "memberId", "memberEpoch", "x"]), TEXT),
     max_size=4,
 )
-HOSTILE_CASES = 600
+HOSTILE_CASES = 1_000
 
 
 def quote(text: str) -> str:
