@@ -50,7 +50,7 @@ def compact(
     state, ends, ranges = arguments.read_state(spark, bootstrap, state_topic, config)
     # Materialized once: the state topic is read exactly once, whatever follows.
     latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS))
-    with progress.watching(spark, f"reading {state_topic}", ranges):
+    with progress.watching(spark, f"reading {state_topic}", ranges, len(ends)):
         latest = latest.localCheckpoint()
     tombstones = transforms.compaction_tombstones(latest, now, default_retention_ms).cache()
     doomed = [(row.partition, bytes(row.key)) for row in tombstones.collect()]

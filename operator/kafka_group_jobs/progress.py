@@ -52,17 +52,18 @@ def watching(
     spark: SparkSession,
     label: str,
     ranges: list[source.OffsetRange],
+    partitions: int,
     interval_s: float | None = None,
     out: IO[str] | None = None,
 ) -> Iterator[None]:
-    """Reports the progress of the Spark actions run inside, while they read ``ranges``.
+    """Reports the progress of the Spark actions run inside, while they read ``ranges`` of
+    ``partitions`` state partitions (an empty one has no range and is done from the start).
 
     The actions run in a job group of their own, so the reading stage is found among their
     stages only: the first one with a task per range.
     """
     stream = out if out is not None else sys.stderr
     every = INTERVAL_S if interval_s is None else interval_s
-    partitions = len({r.partition for r in ranges})
     context = spark.sparkContext
     job_group = f"kgo-progress-{uuid.uuid4().hex}"
     stop = threading.Event()

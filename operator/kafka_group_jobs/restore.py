@@ -99,11 +99,11 @@ def plan(
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    state, _, ranges = arguments.read_state(
+    state, ends, ranges = arguments.read_state(
         spark, bootstrap, state_topic, config, [state_partition]
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
-    with progress.watching(spark, f"reading {state_topic}", ranges):
+    with progress.watching(spark, f"reading {state_topic}", ranges, len(ends)):
         committed = transforms.group_offsets(state, group_id).localCheckpoint()
     saved: DataFrame | None = None
     if kind == "snapshot":

@@ -66,7 +66,7 @@ def take(
         spark, bootstrap, state_topic, config, [state_partition]
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
-    with progress.watching(spark, f"reading {state_topic}", ranges):
+    with progress.watching(spark, f"reading {state_topic}", ranges, len(ends)):
         offsets = transforms.group_offsets(state, group_id, as_of_ms).localCheckpoint()
     committed = [(row.topic, row.partition, row.offset) for row in offsets.collect()]
     if not committed and not allow_empty:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_group_jobs import topics
+from kafka_group_jobs import progress, source, topics
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
 
@@ -310,3 +310,21 @@ def test_a_wrong_invocation_fails_before_pyspark_is_even_imported() -> None:
     imported = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert any("confluent_kafka" in line for line in imported)  # the check did import the client
     assert not [line for line in imported if "pyspark" in line]
+
+
+def test_progress_counts_finished_ranges_and_partitions() -> None:
+    ranges = [
+        source.OffsetRange(0, 0, 100),
+        source.OffsetRange(0, 100, 150),
+        source.OffsetRange(2, 10, 40),
+    ]
+    # Partition 1 has no records: done from the start.
+    assert progress.progress_line("reading s", ranges, set(), 3) == (
+        "reading s: 1/3 partitions done, 0/180 records read"
+    )
+    assert progress.progress_line("reading s", ranges, {0, 2}, 3) == (
+        "reading s: 2/3 partitions done, 130/180 records read"
+    )
+    assert progress.progress_line("reading s", ranges, {0, 1, 2}, 3) == (
+        "reading s: 3/3 partitions done, 180/180 records read"
+    )

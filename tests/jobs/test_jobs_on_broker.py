@@ -228,7 +228,11 @@ def test_reset_plan_clamps_and_dry_run_writes_nothing(
 
 
 def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
-    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+    spark: SparkSession,
+    broker: embedded.EmbeddedBroker,
+    names: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bootstrap, state_topic, data = broker.bootstrap, names["state"], names["data"]
     create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
@@ -253,10 +257,24 @@ def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
     append(bootstrap, state_topic, entries)
 
     location = tmp_path / "checkpoint"
-    manifest = compaction.compact(spark, bootstrap, state_topic, f"file://{location}", now_ms=now)
-    assert manifest["tombstones"] == 3  # old: commit + lifecycle; gone: the commit left behind
-
+    assert compaction.main([
+        "--bootstrap", bootstrap, "--topic", state_topic, "--output", f"file://{location}",
+        "--now-ms", str(now),
+    ]) == 0  # fmt: skip
     parsed = checkpoint.parse_manifest((location / checkpoint.MANIFEST_FILE).read_text())
+    assert parsed.tombstones == 3  # old: commit + lifecycle; gone: the commit left behind
+    out, err = capsys.readouterr()
+    covered = ", ".join(f"{p}: below {end}" for p, end in sorted(parsed.end_offsets.items()))
+    assert out.splitlines() == [
+        f"checkpoint of {state_topic} written to file://{location}",
+        "  3 live records kept, 3 tombstones appended to the topic",
+        f"  state-topic offsets covered, per partition: {covered}",
+    ]
+    # Three groups use at most three of the four partitions: the empty ones count as done.
+    assert (
+        f"reading {state_topic}: 4/4 partitions done, {len(entries)}/{len(entries)} records read"
+        in err.splitlines()
+    )
     table = pq.read_table(location / checkpoint.RECORDS_FILE).to_pylist()
     assert parsed.records == len(table) == 3  # live: two commits + its lifecycle record
     assert [(r["partition"], r["offset"]) for r in table] == sorted(
