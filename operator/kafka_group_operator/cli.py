@@ -44,6 +44,11 @@ COMMANDS: dict[str, Command] = {
     "dev": Command(
         "dev", "start/stop a local broker and coordinator with a topic and a group", "demo"
     ),
+    "gateway": Command(
+        "gateway",
+        "proxy an unmodified Kafka client to the brokers and the group coordinator",
+        "operator",
+    ),
     "generate-chart-crds": Command(
         "chart", "copy crds/ into the Helm chart (or --check that it is)"
     ),

@@ -1,0 +1,680 @@
+"""The gateway (``kgo gateway``): a Kafka-protocol proxy next to an unmodified Kafka client.
+
+Kafka clients ask whichever broker they are connected to for their group's coordinator, so
+the redirect to the operator's coordinator listener has to happen on the client's own
+connections. The gateway listens on loopback:
+
+- the **coordinator port** (the client's bootstrap address): group and offset APIs
+  (``GROUP_APIS``) go to the coordinator listener, on a connection the gateway authenticated
+  with SASL/PLAIN as the group (username = group id, password = the group's token);
+  everything else (ApiVersions, Metadata, ...) goes to a broker, so that the client sees one
+  consistent cluster: the brokers' topics and nodes, and our coordinator;
+- one **broker port** per upstream broker, opened when a reply first names that broker: every
+  request goes to that broker.
+
+Requests are forwarded byte for byte; the gateway reads no further than the request header,
+and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
+``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports),
+``FindCoordinator`` (a group's coordinator -> the coordinator port, a transaction
+coordinator -> its broker port) and, on the coordinator port, ``ApiVersions`` (the group
+APIs' versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
+replies are read and written with kio's types.
+
+Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
+properties (``upstream_security``); the client talks plaintext to loopback. A connection
+whose client or upstream breaks the protocol, or whose upstream cannot be reached, is closed
+alone: the gateway and every other connection go on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import ssl
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import scramp  # type: ignore[import-untyped]
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.static.primitive import i16, i32
+
+from kafka_group_operator.protocol import framing
+
+logger = logging.getLogger(__name__)
+
+# API keys (Kafka's ApiKeys).
+PRODUCE = 0
+METADATA = 3
+FIND_COORDINATOR = 10
+API_VERSIONS = framing.API_VERSIONS_KEY
+DESCRIBE_CLUSTER = 60
+# What a consumer group's coordinator serves: OffsetCommit, OffsetFetch, FindCoordinator
+# (group keys), JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups, ListGroups,
+# DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat, ConsumerGroupDescribe.
+GROUP_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
+# FindCoordinator's key types (Kafka's FindCoordinatorRequest.CoordinatorType).
+GROUP_KEY_TYPE = 0
+
+# Kafka's socket.request.max.bytes: the largest request a broker accepts.
+MAX_REQUEST_BYTES = 100 * 1024 * 1024
+# Fetch replies are bounded by the client's fetch.max.bytes / receive.message.max.bytes
+# (librdkafka's default is 100 MB); this bounds what a broken upstream can make us buffer.
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_CORRELATION = struct.Struct(">i")
+
+
+class GatewayConfigError(ValueError):
+    """The gateway's settings are unusable (named property and reason)."""
+
+
+class UpstreamError(Exception):
+    """An upstream could not be reached, or refused the gateway's authentication."""
+
+
+@dataclass(frozen=True)
+class Sasl:
+    mechanism: str
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class Security:
+    """How the gateway connects to one side: TLS (a context) and SASL (credentials)."""
+
+    tls: ssl.SSLContext | None = None
+    sasl: Sasl | None = None
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    bootstrap_servers: tuple[tuple[str, int], ...]
+    coordinator: tuple[str, int]
+    brokers_security: Security = field(default_factory=Security)
+    coordinator_security: Security = field(default_factory=Security)
+    host: str = "127.0.0.1"
+    # The coordinator port, which is also the client's bootstrap address.
+    port: int = 9092
+    # The node id clients see for the coordinator: apart from the brokers' ids (as the
+    # listener's own), so that a client never takes the coordinator for a broker.
+    coordinator_node_id: int = 1_000_000
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+
+
+def parse_servers(servers: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` -> ((host, port), ...); ``GatewayConfigError`` if malformed."""
+    parsed = []
+    for server in servers.split(","):
+        server = server.strip()
+        if not server:
+            continue
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise GatewayConfigError(f"{server!r} is not host:port")
+        parsed.append((host.strip("[]"), int(port)))
+    if not parsed:
+        raise GatewayConfigError("no server given")
+    return tuple(parsed)
+
+
+def tls_context(
+    ca_file: str | None = None,
+    certificate_file: str | None = None,
+    key_file: str | None = None,
+    key_password: str | None = None,
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client TLS context: the system's CAs or ``ca_file``, an optional client certificate."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = check_hostname
+    if certificate_file:
+        context.load_cert_chain(certificate_file, key_file, key_password)
+    return context
+
+
+def upstream_security(properties: Mapping[str, str]) -> Security:
+    """The brokers' ``Security`` from librdkafka properties (those members read from
+    ``KGO_KAFKA_CONFIG_DIR``): ``security.protocol``, ``ssl.ca.location``,
+    ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
+    ``ssl.endpoint.identification.algorithm``, ``sasl.mechanism(s)``, ``sasl.username``,
+    ``sasl.password``. Other properties (client tuning) are not the gateway's and ignored."""
+    protocol = properties.get("security.protocol", "plaintext").strip().lower()
+    if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+        raise GatewayConfigError(f"security.protocol {protocol!r} is not supported")
+    tls = None
+    if protocol in ("ssl", "sasl_ssl"):
+        verify = properties.get("ssl.endpoint.identification.algorithm", "https").lower()
+        try:
+            tls = tls_context(
+                properties.get("ssl.ca.location"),
+                properties.get("ssl.certificate.location"),
+                properties.get("ssl.key.location"),
+                properties.get("ssl.key.password"),
+                check_hostname=verify != "none",
+            )
+        except (OSError, ssl.SSLError) as error:
+            raise GatewayConfigError(f"TLS settings: {error}") from None
+    sasl = None
+    if protocol.startswith("sasl_"):
+        mechanism = (
+            properties.get("sasl.mechanism") or properties.get("sasl.mechanisms") or "GSSAPI"
+        ).strip()
+        if mechanism not in SASL_MECHANISMS:
+            raise GatewayConfigError(
+                f"sasl.mechanism {mechanism!r} is not supported (one of {SASL_MECHANISMS})"
+            )
+        username, password = properties.get("sasl.username"), properties.get("sasl.password")
+        if not username or not password:
+            raise GatewayConfigError(f"SASL {mechanism} needs sasl.username and sasl.password")
+        sasl = Sasl(mechanism, username, password)
+    return Security(tls, sasl)
+
+
+# --- upstream connections -------------------------------------------------------------
+
+
+async def _call(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: Any, correlation_id: int
+) -> Any:
+    """The gateway's own request on a fresh upstream connection (before any client's)."""
+    writer.write(framing.encode_request(body, correlation_id, client_id="kgo-gateway"))
+    await writer.drain()
+    payload = await framing.read_frame(reader)
+    if payload is None:
+        raise UpstreamError("the upstream closed the connection")
+    schema = framing.response_type(body.__api_key__, body.__version__)
+    correlation, response = framing.read_response(payload, schema)
+    if correlation != correlation_id:
+        raise UpstreamError(f"reply {correlation} to request {correlation_id}")
+    return response
+
+
+async def authenticate(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: Sasl
+) -> None:
+    """SaslHandshake v1 then SaslAuthenticate v1 (KIP-152): PLAIN (RFC 4616) in one round,
+    SCRAM (RFC 5802, as Kafka's KIP-84) in two, the server's signature checked."""
+    handshake = await _call(reader, writer, SaslHandshakeRequest(mechanism=sasl.mechanism), -1)
+    if handshake.error_code != ErrorCode.none:
+        raise UpstreamError(
+            f"SASL mechanism {sasl.mechanism} refused ({handshake.error_code.name}); "
+            f"the server offers {list(handshake.mechanisms)}"
+        )
+
+    async def step(message: bytes, correlation_id: int) -> bytes:
+        reply = await _call(
+            reader, writer, SaslAuthenticateRequest(auth_bytes=message), correlation_id
+        )
+        if reply.error_code != ErrorCode.none:
+            raise UpstreamError(
+                f"SASL {sasl.mechanism} authentication failed: "
+                f"{reply.error_message or reply.error_code.name}"
+            )
+        return bytes(reply.auth_bytes)
+
+    if sasl.mechanism == "PLAIN":
+        await step(f"\0{sasl.username}\0{sasl.password}".encode(), -2)
+        return
+    client = scramp.ScramClient([sasl.mechanism], sasl.username, sasl.password)
+    server_first = await step(client.get_client_first().encode(), -2)
+    try:
+        client.set_server_first(server_first.decode())
+        server_final = await step(client.get_client_final().encode(), -3)
+        client.set_server_final(server_final.decode())
+    except (scramp.ScramException, UnicodeError) as error:
+        raise UpstreamError(f"SASL {sasl.mechanism}: {error}") from None
+
+
+async def connect(
+    address: tuple[str, int], security: Security, timeout_s: float = 10.0
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """An upstream connection, TLS and SASL done; ``UpstreamError`` if that fails."""
+    host, port = address
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                host,
+                port,
+                ssl=security.tls,
+                server_hostname=host if security.tls else None,
+                limit=1024 * 1024,
+            ),
+            timeout_s,
+        )
+    except (OSError, ssl.SSLError, TimeoutError) as error:
+        raise UpstreamError(f"cannot connect to {host}:{port}: {error}") from None
+    if security.sasl is not None:
+        try:
+            await asyncio.wait_for(authenticate(reader, writer, security.sasl), timeout_s)
+        except (OSError, ssl.SSLError, TimeoutError, framing.FrameError) as error:
+            writer.close()
+            raise UpstreamError(f"authenticating to {host}:{port}: {error}") from None
+        except UpstreamError:
+            writer.close()
+            raise
+    return reader, writer
+
+
+async def _close(writer: asyncio.StreamWriter | None) -> None:
+    if writer is None:
+        return
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
+def _write_frame(writer: asyncio.StreamWriter, payload: bytes) -> None:
+    # Two writes: no copy of a large Fetch reply just to prefix its size.
+    writer.write(len(payload).to_bytes(4, "big"))
+    writer.write(payload)
+
+
+# --- the gateway ------------------------------------------------------------------------
+
+
+@dataclass
+class _Broker:
+    node_id: int
+    address: tuple[str, int]
+    server: asyncio.Server
+
+    @property
+    def port(self) -> int:
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+
+# What a rewritten reply needs of its request: api key, version, FindCoordinator's key type.
+_Pending = tuple[int, int, int]
+
+
+class Gateway:
+    """``start()``, then clients bootstrap at ``host:port``; ``stop()``."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self._server: asyncio.Server | None = None
+        self._brokers: dict[int, _Broker] = {}
+        self._broker_lock = asyncio.Lock()
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._next_bootstrap = 0
+        # The listener's API versions, from the gateway's ApiVersions on each connection.
+        self._listener_versions: dict[int, tuple[int, int]] = {}
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    def broker_ports(self) -> dict[int, int]:
+        """node id -> its local port, for the brokers seen so far."""
+        return {node_id: broker.port for node_id, broker in self._brokers.items()}
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve_coordinator_port, self.config.host, self.config.port, limit=1024 * 1024
+        )
+
+    async def stop(self) -> None:
+        servers = [self._server, *(broker.server for broker in self._brokers.values())]
+        for server in servers:
+            if server is not None:
+                server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+    # -- connections ------------------------------------------------------------------
+
+    async def _serve(self, name: str, serve: Any, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await serve
+        except (framing.FrameError, UpstreamError) as error:
+            logger.info("closing a client connection on the %s: %s", name, error)
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+            pass  # a peer went away
+        except asyncio.CancelledError:
+            pass  # stop()
+        except Exception:
+            logger.exception("closing a client connection on the %s after an internal error", name)
+        finally:
+            self._connections.discard(task)
+            await _close(writer)
+
+    async def _serve_broker_port(
+        self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await self._serve(f"port of broker {node_id}", self._pipe(node_id, reader, writer), writer)
+
+    async def _pipe(
+        self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One upstream: requests and replies pass in order; only the replies whose
+        correlation id is in ``pending`` are decoded (and rewritten)."""
+        up_reader, up_writer = await connect(
+            self._brokers[node_id].address, self.config.brokers_security
+        )
+        pending: dict[int, _Pending] = {}
+
+        async def requests() -> None:
+            while (
+                payload := await framing.read_frame(reader, self.config.max_request_bytes)
+            ) is not None:
+                self._note(payload, pending)
+                _write_frame(up_writer, payload)
+                await up_writer.drain()
+
+        async def replies() -> None:
+            while (
+                payload := await framing.read_frame(up_reader, self.config.max_response_bytes)
+            ) is not None:
+                entry = pending.pop(_correlation(payload), None)
+                if entry is not None:
+                    payload = await self._rewrite(payload, entry, coordinator_port=False)
+                _write_frame(writer, payload)
+                await writer.drain()
+
+        try:
+            await _first_to_end(requests(), replies())
+        finally:
+            await _close(up_writer)
+
+    async def _serve_coordinator_port(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await self._serve("coordinator port", self._route(reader, writer), writer)
+
+    async def _route(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Two upstreams (the listener for ``GROUP_APIS``, a broker for the rest), each
+        opened on first use; replies go back in request order, as Kafka clients expect."""
+        lanes: dict[str, _Lane] = {}
+        order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue()
+
+        async def lane(kind: str) -> _Lane:
+            if kind not in lanes:
+                if kind == "listener":
+                    up_reader, up_writer = await self._connect_listener()
+                else:
+                    up_reader, up_writer = await self._connect_bootstrap()
+                lanes[kind] = _Lane(up_reader, up_writer, self.config.max_response_bytes)
+            return lanes[kind]
+
+        async def requests() -> None:
+            while (
+                payload := await framing.read_frame(reader, self.config.max_request_bytes)
+            ) is not None:
+                header = framing.peek_request_header(payload)
+                if header.api_key == PRODUCE:
+                    # No partition leads here; and acks=0 has no reply to keep in order.
+                    raise framing.FrameError("Produce on the coordinator port")
+                entry = self._entry(header, payload)
+                if header.api_key == API_VERSIONS:
+                    # Its reply advertises the listener's versions: know them first.
+                    await lane("listener")
+                to_listener = header.api_key in GROUP_APIS and (
+                    header.api_key != FIND_COORDINATOR or entry[2] == GROUP_KEY_TYPE
+                )
+                target = await lane("listener" if to_listener else "broker")
+                order.put_nowait((target.send(payload, header.correlation_id), entry))
+                await target.writer.drain()
+
+        async def replies() -> None:
+            while True:
+                reply, entry = await order.get()
+                payload = await reply
+                if entry[0] in (API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+                    payload = await self._rewrite(payload, entry, coordinator_port=True)
+                _write_frame(writer, payload)
+                await writer.drain()
+
+        try:
+            await _first_to_end(requests(), replies())
+        finally:
+            for each in lanes.values():
+                await each.close()
+
+    async def _connect_listener(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        up_reader, up_writer = await connect(
+            self.config.coordinator,
+            dataclasses.replace(self.config.coordinator_security, sasl=None),
+        )
+        try:
+            # The listener's versions, for the ApiVersions replies of the coordinator port.
+            versions = await _call(
+                up_reader,
+                up_writer,
+                ApiVersionsRequest(client_software_name="kgo-gateway", client_software_version="1"),
+                -4,
+            )
+            self._listener_versions = {
+                int(key.api_key): (int(key.min_version), int(key.max_version))
+                for key in versions.api_keys
+            }
+            sasl = self.config.coordinator_security.sasl
+            if sasl is not None:
+                await authenticate(up_reader, up_writer, sasl)
+        except (OSError, framing.FrameError) as error:
+            await _close(up_writer)
+            raise UpstreamError(f"coordinator listener: {error}") from None
+        except UpstreamError:
+            await _close(up_writer)
+            raise
+        return up_reader, up_writer
+
+    async def _connect_bootstrap(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to one of the bootstrap servers (round robin past failures)."""
+        servers = self.config.bootstrap_servers
+        last: UpstreamError | None = None
+        for _ in servers:
+            address = servers[self._next_bootstrap % len(servers)]
+            try:
+                return await connect(address, self.config.brokers_security)
+            except UpstreamError as error:
+                last = error
+                self._next_bootstrap += 1
+        assert last is not None
+        raise last
+
+    # -- rewriting --------------------------------------------------------------------
+
+    def _entry(self, header: framing.RequestHeader, payload: bytes) -> _Pending:
+        key_type = GROUP_KEY_TYPE
+        if header.api_key == FIND_COORDINATOR:
+            # Its reply depends on the key type: the one request body the gateway reads.
+            _, body = framing.read_request(payload)
+            key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
+        return header.api_key, header.api_version, key_type
+
+    def _note(self, payload: bytes, pending: dict[int, _Pending]) -> None:
+        header = framing.peek_request_header(payload)
+        if header.api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+            pending[header.correlation_id] = self._entry(header, payload)
+
+    async def _rewrite(self, payload: bytes, entry: _Pending, *, coordinator_port: bool) -> bytes:
+        api_key, version, key_type = entry
+        schema = framing.response_type(api_key, version)
+        try:
+            correlation_id, body = framing.read_response(payload, schema)
+        except Exception as error:  # kio raises assorted errors on malformed input
+            if api_key == API_VERSIONS:
+                # An UNSUPPORTED_VERSION answer comes in v0 (KIP-511): pass it on as is.
+                return payload
+            raise framing.FrameError(f"unreadable reply of API key {api_key}: {error}") from None
+        if api_key == API_VERSIONS:
+            body = self._merge_versions(body)
+        elif api_key == METADATA:
+            brokers = [await self._local(b, b.node_id) for b in body.brokers]
+            body = dataclasses.replace(body, brokers=tuple(brokers))
+        elif api_key == DESCRIBE_CLUSTER:
+            brokers = [await self._local(b, b.broker_id) for b in body.brokers]
+            body = dataclasses.replace(body, brokers=tuple(brokers))
+        elif api_key == FIND_COORDINATOR:
+            body = await self._find_coordinator(body, version, key_type, coordinator_port)
+        return framing.encode_response(api_key, version, correlation_id, body)[4:]
+
+    async def _local(self, node: Any, node_id: int) -> Any:
+        """``node`` (a broker of a reply) with the address of its local port."""
+        broker = await self._broker(int(node_id), (str(node.host), int(node.port)))
+        return dataclasses.replace(node, host=self.config.host, port=i32(broker.port))
+
+    async def _broker(self, node_id: int, address: tuple[str, int]) -> _Broker:
+        async with self._broker_lock:
+            broker = self._brokers.get(node_id)
+            if broker is None:
+                server = await asyncio.start_server(
+                    lambda r, w: self._serve_broker_port(node_id, r, w),
+                    self.config.host,
+                    0,
+                    limit=1024 * 1024,
+                )
+                broker = self._brokers[node_id] = _Broker(node_id, address, server)
+                logger.info("broker %s (%s:%s) on port %s", node_id, *address, broker.port)
+            elif broker.address != address:
+                # New connections go to the broker's new address.
+                broker.address = address
+            return broker
+
+    async def _find_coordinator(
+        self, body: Any, version: int, key_type: int, coordinator_port: bool
+    ) -> Any:
+        coordinator = (self.config.coordinator_node_id, self.config.host, self.port)
+
+        async def place(node_id: int, host: str, port: int, error: ErrorCode) -> tuple[Any, ...]:
+            if key_type == GROUP_KEY_TYPE:
+                if coordinator_port and error != ErrorCode.none:
+                    return (node_id, host, port, error)  # the listener's refusal, as it is
+                # Whatever a broker said of its own coordinator: ours coordinates the group.
+                return (*coordinator, ErrorCode.none)
+            if error != ErrorCode.none:
+                return (node_id, host, port, error)
+            broker = await self._broker(node_id, (host, port))
+            return (node_id, self.config.host, broker.port, error)
+
+        if version < 4:
+            node_id, host, port, error = await place(
+                int(body.node_id), str(body.host), int(body.port), body.error_code
+            )
+            fields: dict[str, Any] = {"node_id": i32(node_id), "host": host, "port": i32(port)}
+            if error != body.error_code:
+                fields.update(error_code=error, error_message=None)
+            return _replace(body, fields)
+        coordinators = []
+        for entry in body.coordinators:
+            node_id, host, port, error = await place(
+                int(entry.node_id), str(entry.host), int(entry.port), entry.error_code
+            )
+            coordinators.append(
+                dataclasses.replace(
+                    entry,
+                    node_id=i32(node_id),
+                    host=host,
+                    port=i32(port),
+                    error_code=error,
+                    error_message=entry.error_message if error == entry.error_code else None,
+                )
+            )
+        return dataclasses.replace(body, coordinators=tuple(coordinators))
+
+    def _merge_versions(self, body: Any) -> Any:
+        """The brokers' ApiVersions with the group APIs' ranges the listener's (a group API
+        the listener does not serve is not advertised on the coordinator port)."""
+        if body.error_code != ErrorCode.none or not self._listener_versions:
+            return body
+        version_type = type(body.api_keys[0]) if body.api_keys else None
+        keys = [key for key in body.api_keys if int(key.api_key) not in GROUP_APIS]
+        if version_type is not None:
+            for api_key in sorted(GROUP_APIS & self._listener_versions.keys()):
+                low, high = self._listener_versions[api_key]
+                keys.append(
+                    version_type(api_key=i16(api_key), min_version=i16(low), max_version=i16(high))
+                )
+        keys.sort(key=lambda key: int(key.api_key))
+        return dataclasses.replace(body, api_keys=tuple(keys))
+
+
+def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(body)}
+    return dataclasses.replace(body, **{k: v for k, v in fields.items() if k in names})
+
+
+def _correlation(payload: bytes) -> int:
+    if len(payload) < _CORRELATION.size:
+        raise framing.FrameError("reply shorter than its correlation id")
+    (correlation_id,) = _CORRELATION.unpack_from(payload)
+    return int(correlation_id)
+
+
+async def _first_to_end(*pumps: Any) -> None:
+    """Run both directions of a connection; when one ends (or fails), end the other."""
+    tasks = [asyncio.ensure_future(pump) for pump in pumps]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()  # the failure, if any, closes the connection with its reason
+
+
+class _Lane:
+    """One upstream of the coordinator port: it answers in order, so a FIFO of futures."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_bytes: int
+    ) -> None:
+        self.writer = writer
+        self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
+        self._reader = asyncio.ensure_future(self._read(reader, max_bytes))
+
+    def send(self, payload: bytes, correlation_id: int) -> asyncio.Future[bytes]:
+        reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        if self._reader.done():
+            reply.set_exception(UpstreamError("the upstream connection is closed"))
+            return reply
+        self._waiting.append((correlation_id, reply))
+        _write_frame(self.writer, payload)
+        return reply
+
+    async def _read(self, reader: asyncio.StreamReader, max_bytes: int) -> None:
+        error: BaseException = UpstreamError("the upstream closed the connection")
+        try:
+            while (payload := await framing.read_frame(reader, max_bytes)) is not None:
+                if not self._waiting:
+                    raise framing.FrameError("a reply to no request")
+                correlation_id, reply = self._waiting.popleft()
+                if _correlation(payload) != correlation_id:
+                    raise framing.FrameError(
+                        f"reply {_correlation(payload)} to request {correlation_id}"
+                    )
+                reply.set_result(payload)
+        except (framing.FrameError, ConnectionError, ssl.SSLError) as failure:
+            error = failure
+        except asyncio.CancelledError:
+            error = UpstreamError("closed")
+        finally:
+            while self._waiting:
+                _, reply = self._waiting.popleft()
+                reply.set_exception(error)
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+        await _close(self.writer)

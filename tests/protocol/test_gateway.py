@@ -1,0 +1,235 @@
+"""The gateway between unmodified Kafka clients and the embedded broker plus the coordinator
+listener (SASL/PLAIN with the group's token): a confluent-kafka consumer with
+``group.protocol=consumer`` joins, consumes from the committed offsets and commits; kafka-python
+reads metadata and fetches; rewritten replies point at the gateway's own ports."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from confluent_kafka import Consumer
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
+from kio.static.primitive import i8
+
+from kafka_group_operator.api import tokens
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.protocol import gateway as protocol_gateway
+from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.protocol import routes
+from kafka_group_operator.runtime import coordinator_runtime
+from tests.protocol.test_kip848 import topic_id
+from tests.protocol.wire import Connection
+from tests.support import topics
+
+pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
+
+GROUP, TOKEN = "gateway-group", "gateway-token"
+PARTITIONS, PER_PARTITION = 3, 5
+
+
+@pytest.fixture(scope="module")
+def gateway_topic(broker: embedded.EmbeddedBroker) -> str:
+    return topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=PER_PARTITION)
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="module")
+async def token_listener(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> AsyncIterator[protocol_listener.Listener]:
+    """A listener that requires the token of ``GROUP`` (SASL/PLAIN)."""
+    served = protocol_listener.Listener(
+        runtime, tokens.GroupTokens({GROUP: TOKEN}), protocol_listener.ListenerConfig(port=0)
+    )
+    await served.start()
+    yield served
+    await served.stop()
+
+
+def gateway_config(broker: embedded.EmbeddedBroker, listener_port: int) -> Any:
+    return protocol_gateway.GatewayConfig(
+        bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+        coordinator=("127.0.0.1", listener_port),
+        coordinator_security=protocol_gateway.Security(
+            sasl=protocol_gateway.Sasl("PLAIN", GROUP, TOKEN)
+        ),
+        port=0,
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="module")
+async def gateway(
+    broker: embedded.EmbeddedBroker, token_listener: protocol_listener.Listener
+) -> AsyncIterator[protocol_gateway.Gateway]:
+    served = protocol_gateway.Gateway(gateway_config(broker, token_listener.port))
+    await served.start()
+    yield served
+    await served.stop()
+
+
+def consume_and_commit(port: int, topic: str, expected: int) -> list[tuple[Any, ...]]:
+    """A plain confluent-kafka KIP-848 consumer: every record it gets, then a commit."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "group.id": GROUP,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        }
+    )
+    records: list[tuple[Any, ...]] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(records) < expected:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            records.append((message.partition(), message.offset(), message.value()))
+        # A little longer: nothing beyond the expected records may come.
+        end = time.monotonic() + 1
+        while time.monotonic() < end:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                records.append((message.partition(), message.offset(), message.value()))
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return records
+
+
+async def test_confluent_kafka_consumer_joins_consumes_from_committed_and_commits(
+    gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    gateway_topic: str,
+) -> None:
+    await topic_id(runtime, gateway_topic)
+    # Partition 0 resumes after its committed offset; the others start from the earliest.
+    await runtime.commit_offsets(
+        messages.OffsetCommitRequest(
+            group_id=GROUP,
+            member_id="",
+            member_epoch=-1,
+            offsets={(gateway_topic, 0): messages.CommitOffset(2)},
+        )
+    )
+    expected = sorted(
+        (partition, offset, f"m{offset}".encode())
+        for partition in range(PARTITIONS)
+        for offset in range(2 if partition == 0 else 0, PER_PARTITION)
+    )
+    records = await asyncio.to_thread(
+        consume_and_commit, gateway.port, gateway_topic, len(expected)
+    )
+    assert sorted(records) == expected
+    # The commit reached the coordinator (not the brokers' own group), and close() left.
+    fetched = await runtime.fetch_offsets(messages.OffsetFetchRequest(GROUP))
+    assert {tp: o.offset for tp, o in fetched.offsets.items()} == {
+        (gateway_topic, partition): PER_PARTITION for partition in range(PARTITIONS)
+    }
+    assert (await runtime.describe_group(GROUP)).members == ()
+
+
+def kafka_python_fetch(port: int, topic: str) -> list[tuple[int, int, bytes]]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=1000,
+    )
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        assert partitions == set(range(PARTITIONS))
+        consumer.assign([KafkaTopicPartition(topic, p) for p in sorted(partitions)])
+        records: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(records) < PARTITIONS * PER_PARTITION:
+            for batch in consumer.poll(500).values():
+                records.extend((r.partition, r.offset, r.value) for r in batch)
+        return records
+    finally:
+        consumer.close()
+
+
+async def test_kafka_python_reads_metadata_and_fetches(
+    gateway: protocol_gateway.Gateway, gateway_topic: str
+) -> None:
+    records = await asyncio.to_thread(kafka_python_fetch, gateway.port, gateway_topic)
+    assert sorted(records) == sorted(
+        (partition, offset, f"m{offset}".encode())
+        for partition in range(PARTITIONS)
+        for offset in range(PER_PARTITION)
+    )
+
+
+async def test_replies_point_at_the_gateway(
+    gateway: protocol_gateway.Gateway,
+    broker: embedded.EmbeddedBroker,
+    gateway_topic: str,
+) -> None:
+    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    direct = await Connection.open(port, host)
+    through = await Connection.open(gateway.port)
+    try:
+        metadata = MetadataRequest(
+            topics=(
+                MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(gateway_topic)),
+            ),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        upstream, local = await direct.call(metadata), await through.call(metadata)
+        ports = gateway.broker_ports()
+        # Same nodes and topics; each node's address is its local port.
+        assert [(b.node_id, b.host, b.port) for b in local.brokers] == [
+            (b.node_id, "127.0.0.1", ports[b.node_id]) for b in upstream.brokers
+        ]
+        assert local.topics == upstream.topics
+        # A group's coordinator is the coordinator port, on it and on every broker port.
+        find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(GROUP,))
+        on_broker_port = await Connection.open(next(iter(ports.values())))
+        try:
+            for connection in (through, on_broker_port):
+                (coordinator,) = (await connection.call(find)).coordinators
+                assert (coordinator.node_id, coordinator.host, coordinator.port) == (
+                    1_000_000,
+                    "127.0.0.1",
+                    gateway.port,
+                )
+                assert coordinator.error_code == 0
+        finally:
+            await on_broker_port.close()
+        # ApiVersions on the coordinator port: the group APIs are the listener's, the rest
+        # the broker's.
+        versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        broker_keys = {
+            int(k.api_key): (k.min_version, k.max_version)
+            for k in (await direct.call(versions)).api_keys
+        }
+        merged = {
+            int(k.api_key): (k.min_version, k.max_version)
+            for k in (await through.call(versions)).api_keys
+        }
+        heartbeat = routes.ROUTES[68]
+        assert merged[68] == (heartbeat.min_version, heartbeat.max_version)
+        assert merged[1] == broker_keys[1]  # Fetch
+        assert set(merged) - protocol_gateway.GROUP_APIS == set(broker_keys) - (
+            protocol_gateway.GROUP_APIS
+        )
+    finally:
+        await direct.close()
+        await through.close()
