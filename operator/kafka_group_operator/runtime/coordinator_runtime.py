@@ -693,7 +693,11 @@ class CoordinatorRuntime:
                     del self._log_ends_wanted[tp]
                     self._log_ends.pop(tp, None)
             if self._log_ends_wanted and self._admin is not None:
-                await self._read_log_ends(self._admin, list(self._log_ends_wanted))
+                try:
+                    await self._read_log_ends(self._admin, list(self._log_ends_wanted))
+                except Exception:
+                    # Lag only: never worth ending the refresh for good.
+                    logger.exception("reading log-end offsets failed")
             await asyncio.sleep(_LOG_END_MIN_GAP_S)
 
     async def _read_log_ends(self, admin: AdminClient, wanted: list[tuple[str, int]]) -> None:
@@ -719,6 +723,9 @@ class CoordinatorRuntime:
                 changed = await self._refresh_topics()
             except (KafkaException, runtime_errors.StateTopicError) as error:
                 logger.warning("cannot read topic metadata: %s", error)
+                continue
+            except Exception:
+                logger.exception("reading topic metadata failed")
                 continue
             if not changed:
                 continue
