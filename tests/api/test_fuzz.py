@@ -236,13 +236,13 @@ def test_generated_requests_get_the_documented_replies(served: Served, topic: st
 
 # ------------------------------------------------------------------------------ hypothesis
 
-# Mostly well-formed text, else any code point, lone surrogates included (hypothesis leaves
-# them out unless asked), else values the decoders have tripped on.
+# Any code point, lone surrogates included (hypothesis leaves them out unless asked).
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=40)
-# Values the decoders have tripped on, mixed into the arbitrary ones.
+# Values the decoders have tripped on.
 NASTY_TEXT = st.sampled_from(
     ["m\ud800", "\udfff", "²", "٣", " 1", "+1", "1_0", "9" * 5_000, "", "t:", ":1", "t:²"]
 )
+# Mostly well-formed text (so that many requests get past decoding), else the two above.
 TEXT = st.one_of(st.text(max_size=20), st.text(max_size=20), ANY_TEXT, NASTY_TEXT)
 NUMBERS = st.one_of(
     st.integers(),
@@ -265,7 +265,7 @@ HEARTBEATS = st.fixed_dictionaries(
         "rack": st.none() | TEXT,
         "rebalanceTimeoutMs": st.just(30_000) | NUMBERS,
         "subscribedTopicNames": st.lists(TEXT, max_size=3),
-        "serverAssignor": st.sampled_from(["uniform", "range"]) | TEXT,
+        "serverAssignor": st.sampled_from(["uniform", "range", "cooperative-sticky"]) | TEXT,
         "ownedPartitions": st.dictionaries(TEXT, st.lists(SMALL, max_size=3), max_size=2),
         "clientId": TEXT,
     },
@@ -292,6 +292,15 @@ def raw(bodies: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
         bodies.map(lambda body: json.dumps(body).encode()),
         JSON.map(lambda body: json.dumps(body).encode()),
         st.integers(1, 200_000).map(lambda depth: b"[" * depth + b"]" * (depth % 3)),
+        # Numbers as written, past what a float or a Decimal holds.
+        st.one_of(
+            st.from_regex(rb"\A-?[0-9]{1,30}(\.[0-9]{1,5})?([eE][+-]?[0-9]{1,5})?\Z"),
+            st.builds(
+                lambda mantissa, exponent: b"%de%d" % (mantissa, exponent),
+                st.integers(-(10**6), 10**6),
+                st.integers(-(10**25), 10**25),
+            ),
+        ).map(lambda number: b'{"memberId": "m", "memberEpoch": %s}' % number),
         st.binary(max_size=64),
     )
 

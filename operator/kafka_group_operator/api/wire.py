@@ -45,6 +45,9 @@ def parse_json(raw: bytes) -> object:
     except RecursionError:
         # The C decoder recurses once per nesting level: "[[[[...", 100k deep, ends here.
         raise errors.InvalidRequest("body is not valid JSON: nested too deeply") from None
+    except decimal.InvalidOperation:
+        # An exponent beyond what Decimal holds, e.g. 1e99999999999999999999.
+        raise errors.InvalidRequest("body is not valid JSON: a number out of range") from None
     except (ValueError, UnicodeDecodeError) as error:
         # json's messages name a position ("Expecting value: line 1 column 1 (char 0)").
         raise errors.InvalidRequest(f"body is not valid JSON: {error}") from None
