@@ -545,8 +545,17 @@ def test_window_records_new_commits_only_and_stays_bounded() -> None:
     assert window.current_lag == 21
 
 
+def test_a_partition_below_the_minimum_completeness_is_not_judged() -> None:
+    window = lag_health.GroupLagWindow(intervals=10, minimum_complete=0.2)
+    # One commit long ago and a lag since: Rule 3 alone would say STOP.
+    window.observe({("t", 0): (5, 1000)}, {("t", 0): 50})
+    assert window.evaluate(60_000).partitions[0].verdict is Verdict.OK
+    window.observe({("t", 0): (6, 2000)}, {("t", 0): 50})
+    assert window.evaluate(60_000).partitions[0].verdict is Verdict.STOP
+
+
 def test_group_window_forgets_partitions_and_sorts_worst_first() -> None:
-    window = lag_health.GroupLagWindow(intervals=5)
+    window = lag_health.GroupLagWindow(intervals=5, minimum_complete=0.0)
     assert window.evaluate(0).verdict is Verdict.NOTFOUND
     # t/0 keeps committing; t/1 commits once and then not while its lag grows; t/2 is idle
     # and caught up.

@@ -29,6 +29,11 @@ from dataclasses import dataclass, field
 DEFAULT_INTERVALS = 10
 # Burrow's ``evaluator.allowed-lag`` default (caching.go: viper.SetDefault(".allowed-lag", 0)).
 DEFAULT_ALLOWED_LAG = 0
+# Burrow's ``evaluator.minimum-complete``: a partition whose ring is filled below this share
+# is OK without evaluation (``evaluatePartitionStatus``). Burrow leaves it at 0; here it is
+# two commits of ten, because with a single commit the window spans no time and Rule 3 calls
+# every lagging partition stopped: each operator restart and each new group would flash STOP.
+DEFAULT_MINIMUM_COMPLETE = 0.2
 
 
 class Verdict(enum.IntEnum):
@@ -198,6 +203,7 @@ class GroupLagWindow:
 
     intervals: int = DEFAULT_INTERVALS
     allowed_lag: int = DEFAULT_ALLOWED_LAG
+    minimum_complete: float = DEFAULT_MINIMUM_COMPLETE
     partitions: dict[tuple[str, int], PartitionWindow] = field(default_factory=dict)
     # The group verdict last published, to tell a change (and post one Event for it).
     published: Verdict | None = None
@@ -224,13 +230,15 @@ class GroupLagWindow:
         verdicts = []
         for (topic, partition), window in self.partitions.items():
             newest = window.commits[-1]
-            verdict = partition_verdict(
-                tuple(window.commits),
-                tuple(window.log_ends),
-                window.current_lag,
-                now_ms,
-                self.allowed_lag,
-            )
+            verdict = Verdict.OK
+            if len(window.commits) / self.intervals >= self.minimum_complete:
+                verdict = partition_verdict(
+                    tuple(window.commits),
+                    tuple(window.log_ends),
+                    window.current_lag,
+                    now_ms,
+                    self.allowed_lag,
+                )
             verdicts.append(
                 PartitionVerdict(
                     topic,
