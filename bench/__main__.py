@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("assignors", "coordinator", "state_topic", "rebalance", "jobs")
+BENCHMARKS = ("assignors", "coordinator", "state_topic", "rebalance", "jobs", "protocol")
 
 
 def main(argv: list[str]) -> int:
