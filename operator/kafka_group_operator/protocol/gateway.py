@@ -209,7 +209,7 @@ async def authenticate(
     handshake = await _call(reader, writer, SaslHandshakeRequest(mechanism=sasl.mechanism), -1)
     if handshake.error_code != ErrorCode.none:
         raise UpstreamError(
-            f"SASL mechanism {sasl.mechanism} refused ({handshake.error_code.name}); "
+            f"SASL mechanism {sasl.mechanism} refused ({handshake.error_code.name.upper()}); "
             f"the server offers {list(handshake.mechanisms)}"
         )
 
@@ -220,7 +220,7 @@ async def authenticate(
         if reply.error_code != ErrorCode.none:
             raise UpstreamError(
                 f"SASL {sasl.mechanism} authentication failed: "
-                f"{reply.error_message or reply.error_code.name}"
+                f"{reply.error_message or reply.error_code.name.upper()}"
             )
         return bytes(reply.auth_bytes)
 
