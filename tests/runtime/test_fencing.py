@@ -180,6 +180,29 @@ async def test_after_an_unknown_outcome_a_writer_alone_writes_on(
         alone.stop()
 
 
+async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_too(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+    try:
+        await first.append(0, [_record(1)])
+        await second.append(0, [_record(2)])
+        # E.g. a commit and a fence check, both queued before either learns of the fence.
+        outcomes = await asyncio.gather(
+            *(first.append(0, [_record(3 + i)]) for i in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
+        await second.append(0, [_record(9)])  # not fenced back
+    finally:
+        first.stop()
+        second.stop()
+
+
 async def test_records_of_a_transaction_not_committed_are_never_loaded(
     broker: embedded.EmbeddedBroker,
 ) -> None:

@@ -98,6 +98,9 @@ class _PartitionProducer:
         self._last_committed = -1
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
         self._in_doubt = False
+        # Set in this thread once fenced: appends already queued behind the one that found
+        # out must not start a new producer (which would fence the new holder back).
+        self.fenced = False
 
     async def call(self, function: object, *args: object) -> int:
         loop = asyncio.get_running_loop()
@@ -105,6 +108,8 @@ class _PartitionProducer:
 
     def transact(self, batch: Sequence[EncodedRecord]) -> int:
         """In the partition's thread: one transaction holding ``batch``; its last offset."""
+        if self.fenced:
+            raise self._fenced(KafkaError(KafkaError._FENCED))
         if self._producer is None:
             try:
                 if self._in_doubt and self._last_committed >= 0:
@@ -253,6 +258,7 @@ class _PartitionProducer:
         return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
 
     def _fenced(self, error: KafkaError) -> errors.WriterFenced:
+        self.fenced = True
         return errors.WriterFenced(
             self.partition,
             f"state partition {self.partition}: another coordinator's producer took "
