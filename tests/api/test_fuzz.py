@@ -323,14 +323,29 @@ def quote(text: str) -> str:
     return urllib.parse.quote(text.encode("utf-8", "surrogatepass"), safe="")
 
 
+# Header bytes, any but the line breaks and NUL that end or break a header line.
+HEADER_BYTES = st.binary(max_size=40).map(
+    lambda value: value.translate(None, b"\r\n\0").strip() or b"x"
+)
+
+
 @st.composite
-def requests_to_the_api(draw: st.DrawFn) -> tuple[str, str, bytes | None, dict[str, str]]:
-    """(method, path and query, body, headers) of a request to a member API route."""
-    headers = {"Content-Type": "application/json"}
-    group = draw(st.sampled_from(["a", "b", "c"]) | TEXT.filter(bool))
+def requests_to_the_api(draw: st.DrawFn) -> tuple[str, str, bytes | None, dict[str, Any]]:
+    """(method, path and query, body, headers) of a request to a member API route. A request
+    with an Authorization header goes to the server with tokens, others to the open one."""
+    headers: dict[str, Any] = {"Content-Type": "application/json"}
+    group = draw(st.sampled_from(["a", "b", "c", *DOCUMENTED]) | TEXT.filter(bool))
     method, route = draw(st.sampled_from(sorted(ROUTES)))
     query = "&".join(f"{quote(key)}={quote(value)}" for key, value in draw(QUERIES))
     body = draw(ROUTES[method, route])
+    authorization = draw(
+        st.none()
+        | st.just(f"Bearer {TOKENS.get(group, 'none')}".encode())
+        | HEADER_BYTES.map(lambda token: b"Bearer " + token)
+        | HEADER_BYTES
+    )
+    if authorization is not None:
+        headers["Authorization"] = authorization
     return method, f"/v1/groups/{quote(group)}{route}?{query}", body, headers
 
 
@@ -346,11 +361,10 @@ def test_arbitrary_json_and_unicode_never_get_a_5xx(served: Served, topic: str) 
         suppress_health_check=list(HealthCheck),
     )
     @given(request=requests_to_the_api())
-    def send(request: tuple[str, str, bytes | None, dict[str, str]]) -> None:
+    def send(request: tuple[str, str, bytes | None, dict[str, Any]]) -> None:
         method, target, body, headers = request
-        reply = session.request(
-            method, served.open_url + target, data=body, headers=headers, timeout=30
-        )
+        url = served.base_url if "Authorization" in headers else served.open_url
+        reply = session.request(method, url + target, data=body, headers=headers, timeout=30)
         statuses[reply.status_code] += 1
         assert reply.status_code < 500, (reply.status_code, reply.text)
         if reply.status_code >= 400 and reply.headers["Content-Type"].startswith(

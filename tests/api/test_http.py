@@ -7,6 +7,7 @@ for it, so the document and the server cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import uuid
@@ -408,3 +409,25 @@ async def test_healthz_fails_while_a_state_partition_cannot_serve(
         )
         with pytest.raises(kopf.PermanentError, match=r"state partitions \[1\]"):
             lifecycle.coordinator_probe({lifecycle.SLOT_KEY: slot})
+
+
+@pytest.mark.parametrize("token", [b"\xff\xfe", b"t\xed\xa0\x80", b"\xc3\xa9"])
+async def test_a_token_that_is_not_utf8_is_refused(
+    http: test_utils.TestClient[Any, Any], token: bytes
+) -> None:
+    """Header bytes that are not UTF-8 reach the API as lone surrogates: a 403, never a 500."""
+    url = http.make_url("/v1/groups/group-a")
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(
+            b"GET /v1/groups/group-a HTTP/1.1\r\nHost: coordinator\r\nConnection: close\r\n"
+            b"Authorization: Bearer " + token + b"\r\n\r\n"
+        )
+        await writer.drain()
+        head, _, body = (await reader.read()).partition(b"\r\n\r\n")
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 403 "), head
+    error = json.loads(body)
+    conforms(error, "Error")
+    assert error["error"] == "GROUP_AUTHORIZATION_FAILED"

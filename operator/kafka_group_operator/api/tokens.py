@@ -110,8 +110,11 @@ def authorize(store: TokenStore, group_id: str, presented: str | None) -> None:
     expected = store.token_for(group_id)
     # Compare even when the group has no token, so the reply time does not reveal which
     # groups exist.
+    # aiohttp decodes header bytes that are not UTF-8 to lone surrogates ("surrogateescape");
+    # "surrogatepass" encodes any of them instead of failing (no valid token holds one).
     matches = hmac.compare_digest(
-        presented.encode(), (expected if expected is not None else "\0" + presented).encode()
+        presented.encode("utf-8", "surrogatepass"),
+        (expected if expected is not None else "\0" + presented).encode("utf-8", "surrogatepass"),
     )
     if expected is None or not matches:
         raise errors.GroupAuthorizationFailed(f"the token is not valid for group {group_id!r}")
