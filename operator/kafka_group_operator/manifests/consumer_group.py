@@ -4,6 +4,12 @@ Pure builders (``build_*``): a ``ConsumerGroupSpec`` in, a manifest dict out, ex
 the operator creates. Owner references are added by the handlers (``kopf.adopt``); the names
 and labels here are the contract with everything that finds these objects again (pod events,
 the scale subresource's ``labelSelector``, ``kubectl``).
+
+With ``spec.clientProtocol: kafka`` the pods get the gateway (``kgo gateway``) as a native
+sidecar (an init container with ``restartPolicy: Always``: it starts before the application
+and stops after it); the application containers get only ``KAFKA_BOOTSTRAP_SERVERS`` (the
+gateway on loopback), ``KAFKA_GROUP_ID`` and ``KAFKA_GROUP_INSTANCE_ID``: the group's token
+and the Kafka Secret stay in the gateway.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kafka_group_operator.specs import consumer_group
@@ -34,6 +41,23 @@ INJECTED_ENV = (
     "KGO_SESSION_TIMEOUT_MS",
     "KGO_KAFKA_CONFIG_DIR",
 )
+GATEWAY_CONTAINER = "kgo-gateway"
+# What an application container of a ``kafka`` group is given (any Kafka client reads these
+# three and nothing of ours); a template's own values for them are replaced.
+KAFKA_CLIENT_ENV = ("KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID", "KAFKA_GROUP_INSTANCE_ID")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What the gateway sidecar needs from the operator's own settings."""
+
+    # The operator's image (it contains ``kgo``).
+    image: str
+    # The coordinator listener as the pods reach it, host:port.
+    coordinator_address: str
+    # The loopback port the application bootstraps at.
+    port: int = 9092
+    image_pull_policy: str = "IfNotPresent"
 
 
 def stateful_set_name(group: consumer_group.ConsumerGroupSpec) -> str:
@@ -80,9 +104,13 @@ def common_labels(name: str) -> dict[str, str]:
 
 
 def build_stateful_set(
-    group: consumer_group.ConsumerGroupSpec, coordinator_url: str
+    group: consumer_group.ConsumerGroupSpec,
+    coordinator_url: str,
+    gateway: GatewaySettings | None = None,
 ) -> dict[str, Any]:
-    """The consumers' StatefulSet: pod names are the members' static instance ids."""
+    """The consumers' StatefulSet: pod names are the members' static instance ids.
+
+    ``gateway`` is required when ``group.client_protocol`` is ``kafka``."""
     template = copy.deepcopy(dict(group.template))
     template_metadata = dict(template.get("metadata") or {})
     pod_spec = dict(template["spec"])
@@ -91,9 +119,25 @@ def build_stateful_set(
         **dict(template_metadata.get("annotations") or {}),
         GROUP_ID_ANNOTATION: group.group_id,
     }
-    env = _injected_env(group, coordinator_url)
-    containers = [_with_group_env(container, env, group) for container in pod_spec["containers"]]
-    pod_spec["containers"] = containers
+    if group.client_protocol == "kafka":
+        if gateway is None:
+            raise ValueError("clientProtocol kafka needs the gateway's settings")
+        pod_spec["containers"] = [
+            _with_env(container, _kafka_client_env(group, gateway), KAFKA_CLIENT_ENV)
+            for container in pod_spec["containers"]
+        ]
+        own_init = [
+            container
+            for container in pod_spec.get("initContainers") or []
+            if container.get("name") != GATEWAY_CONTAINER
+        ]
+        # First: the application's own init containers may already need Kafka.
+        pod_spec["initContainers"] = [build_gateway_container(group, gateway), *own_init]
+    else:
+        env = _injected_env(group, coordinator_url)
+        pod_spec["containers"] = [
+            _with_group_env(container, env, group) for container in pod_spec["containers"]
+        ]
     if group.kafka.secret_name is not None:
         volumes = [
             volume
@@ -127,13 +171,15 @@ def build_stateful_set(
 
 
 def build_stateful_set_patch(
-    group: consumer_group.ConsumerGroupSpec, coordinator_url: str
+    group: consumer_group.ConsumerGroupSpec,
+    coordinator_url: str,
+    gateway: GatewaySettings | None = None,
 ) -> dict[str, Any]:
     """A merge patch bringing an existing StatefulSet to ``group``'s spec.
 
     Only the mutable fields: a StatefulSet's selector and service name cannot change.
     """
-    desired = build_stateful_set(group, coordinator_url)
+    desired = build_stateful_set(group, coordinator_url, gateway)
     return {
         "metadata": {"labels": desired["metadata"]["labels"]},
         "spec": {"replicas": desired["spec"]["replicas"], "template": desired["spec"]["template"]},
@@ -207,6 +253,68 @@ def _injected_env(
     if group.kafka.secret_name is not None:
         env.append({"name": "KGO_KAFKA_CONFIG_DIR", "value": KAFKA_CONFIG_DIR})
     return env
+
+
+def build_gateway_container(
+    group: consumer_group.ConsumerGroupSpec, gateway: GatewaySettings
+) -> dict[str, Any]:
+    """The gateway as a native sidecar. It listens on loopback only: the group's token must
+    not be usable by anyone outside the pod."""
+    env: list[dict[str, Any]] = [
+        {"name": "KGO_UPSTREAM_BOOTSTRAP_SERVERS", "value": group.kafka.bootstrap_servers},
+        {"name": "KGO_COORDINATOR_KAFKA_ADDRESS", "value": gateway.coordinator_address},
+        {"name": "KGO_GROUP_ID", "value": group.group_id},
+        {
+            "name": "KGO_GROUP_TOKEN",
+            "valueFrom": {
+                "secretKeyRef": {"name": token_secret_name(group.name), "key": TOKEN_KEY}
+            },
+        },
+        {"name": "KGO_GATEWAY_PORT", "value": str(gateway.port)},
+    ]
+    container: dict[str, Any] = {
+        "name": GATEWAY_CONTAINER,
+        "image": gateway.image,
+        "imagePullPolicy": gateway.image_pull_policy,
+        "args": ["kgo", "gateway"],
+        # An init container that keeps running: Kubernetes' native sidecar (1.29+).
+        "restartPolicy": "Always",
+        "env": env,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if group.kafka.secret_name is not None:
+        env.append({"name": "KGO_KAFKA_CONFIG_DIR", "value": KAFKA_CONFIG_DIR})
+        container["volumeMounts"] = [
+            {"name": KAFKA_CONFIG_VOLUME, "mountPath": KAFKA_CONFIG_DIR, "readOnly": True}
+        ]
+    return container
+
+
+def _kafka_client_env(
+    group: consumer_group.ConsumerGroupSpec, gateway: GatewaySettings
+) -> list[dict[str, Any]]:
+    return [
+        {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": f"127.0.0.1:{gateway.port}"},
+        {"name": "KAFKA_GROUP_ID", "value": group.group_id},
+        # The pod name: a restarted pod rejoins as the same static member.
+        {
+            "name": "KAFKA_GROUP_INSTANCE_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        },
+    ]
+
+
+def _with_env(
+    container: Mapping[str, Any], env: list[dict[str, Any]], owned: tuple[str, ...]
+) -> dict[str, Any]:
+    result = dict(container)
+    result["env"] = [*env, *(e for e in container.get("env") or [] if e.get("name") not in owned)]
+    return result
 
 
 def _with_group_env(

@@ -21,6 +21,9 @@ from kafka_group_operator.specs import errors
 ASSIGNORS = ("cooperative-sticky", "sticky", "range", "roundrobin", "uniform")
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 DELETION_POLICIES = ("Retain", "Delete")
+# How the pods' consumers talk to the coordinator: our member library over the member API, or
+# any Kafka client through the gateway sidecar (the Kafka protocol).
+CLIENT_PROTOCOLS = ("library", "kafka")
 
 # Kafka's legal characters for topic and group names (Topic.LEGAL_CHARS).
 _KAFKA_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -58,6 +61,7 @@ class ConsumerGroupSpec:
     offsets_retention_minutes: int = 10080
     deletion_policy: str = "Retain"
     paused: bool = False
+    client_protocol: str = "library"
     # Kept raw: their behaviour belongs to the snapshot/reset handlers.
     offset_reset: Mapping[str, Any] | None = None
     snapshots: Mapping[str, Any] | None = None
@@ -139,6 +143,7 @@ def parse_consumer_group(
         offsets_retention_minutes=_integer(spec, "offsetsRetentionMinutes", 10080, 1, 5256000),
         deletion_policy=_choice(spec, "deletionPolicy", DELETION_POLICIES),
         paused=_boolean(spec, "paused"),
+        client_protocol=_choice(spec, "clientProtocol", CLIENT_PROTOCOLS),
         offset_reset=offset_reset if isinstance(offset_reset, Mapping) else None,
         snapshots=snapshots if isinstance(snapshots, Mapping) else None,
         labels=dict(labels or {}),
