@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka_group_operator.coordinator import messages
+from kafka_group_operator.coordinator import lag_health, messages
 from kafka_group_operator.manifests import conditions, group_status
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors
@@ -214,3 +214,78 @@ def test_replicas_come_from_the_stateful_set_once_it_reports() -> None:
         _group(replicas=3), 1, STABLE, {}, None, T0, observed_replicas=2
     )
     assert observed["replicas"] == 2
+
+
+def _lag_verdict(*partitions: tuple[int, lag_health.Verdict, int]) -> lag_health.GroupVerdict:
+    """A verdict over partitions of ``orders`` given as (partition, verdict, lag)."""
+    listed = tuple(
+        lag_health.PartitionVerdict("orders", p, v, lag, 100 + p, 1_767_225_600_000)
+        for p, v, lag in partitions
+    )
+    return lag_health.GroupVerdict(lag_health.group_verdict(v for _, v, _ in partitions), listed)
+
+
+def test_lag_verdict_and_condition() -> None:
+    stopped = _lag_verdict(
+        (1, lag_health.Verdict.STOP, 40),
+        (3, lag_health.Verdict.WARNING, 9),
+        (0, lag_health.Verdict.OK, 0),
+    )
+    status = group_status.build_group_status(_group(), 3, STABLE, LAG, None, T0, verdict=stopped)
+    assert status["lag"]["verdict"] == {
+        "status": "ERROR",
+        "evaluatedPartitions": 3,
+        "unhealthyPartitions": 2,
+        "partitions": [
+            {
+                "topic": "orders",
+                "partition": 1,
+                "status": "STOP",
+                "lag": 40,
+                "offset": 101,
+                "lastCommit": "2026-01-01T00:00:00Z",
+            },
+            {
+                "topic": "orders",
+                "partition": 3,
+                "status": "WARNING",
+                "lag": 9,
+                "offset": 103,
+                "lastCommit": "2026-01-01T00:00:00Z",
+            },
+        ],
+    }
+    healthy = _by_type(status)["LagHealthy"]
+    assert (healthy["status"], healthy["reason"]) == ("False", "ERROR")
+    assert healthy["message"] == "2 partition(s): orders/1 STOP (lag 40), orders/3 WARNING (lag 9)"
+    resource = {**kube_schema.examples("ConsumerGroup")[0], "status": status}
+    kube_schema.validate("consumergroups", resource)
+    assert list(kube_schema.pruned_paths(kube_schema.schema_of("consumergroups"), resource)) == []
+
+    ok = _lag_verdict((0, lag_health.Verdict.OK, 3))
+    status = group_status.build_group_status(
+        _group(), 3, STABLE, LAG, status["conditions"], T1, verdict=ok
+    )
+    healthy = _by_type(status)["LagHealthy"]
+    assert (healthy["status"], healthy["reason"], healthy["lastTransitionTime"]) == (
+        "True",
+        "OK",
+        T1,
+    )
+    assert status["lag"]["verdict"]["partitions"] == []
+
+
+def test_lag_verdict_before_any_commit_is_unknown() -> None:
+    verdict = lag_health.GroupVerdict(lag_health.Verdict.NOTFOUND, ())
+    status = group_status.build_group_status(_group(), 3, None, {}, None, T0, verdict=verdict)
+    healthy = _by_type(status)["LagHealthy"]
+    assert (healthy["status"], healthy["reason"]) == ("Unknown", "NOTFOUND")
+    assert status["lag"]["verdict"]["status"] == "NOTFOUND"
+
+
+def test_lag_verdict_lists_a_bounded_number_of_partitions() -> None:
+    many = _lag_verdict(*((p, lag_health.Verdict.STALL, 1000 - p) for p in range(25)))
+    verdict = group_status.build_verdict(many)
+    assert verdict["unhealthyPartitions"] == 25
+    assert [p["partition"] for p in verdict["partitions"]] == list(range(10))
+    assert group_status.lag_condition(many).message.endswith("and 22 more")

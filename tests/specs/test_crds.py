@@ -12,6 +12,9 @@ import jsonschema
 import pytest
 
 from kafka_group_operator.commands import chart
+from kafka_group_operator.coordinator import lag_health, messages
+from kafka_group_operator.manifests import group_status
+from kafka_group_operator.specs import consumer_group as specs
 from tests.support import kube_schema
 
 # Kubernetes evaluates CRD patterns with Go's RE2: no lookaround, no backreferences.
@@ -32,7 +35,9 @@ def test_consumer_group_crd_names_subresources_and_columns() -> None:
     crd = kube_schema.load_crd("consumergroups")
     assert crd["spec"]["group"] == "kafkagroups.io"
     assert crd["spec"]["names"]["shortNames"] == ["cg"]
-    assert crd["spec"]["names"]["categories"] == ["kafka"]
+    # Not "kafka": Strimzi's Kafka kind has that singular name, and kubectl expands
+    # categories first, so `kubectl get kafka` would list our kinds instead of its clusters.
+    assert crd["spec"]["names"]["categories"] == ["kafkagroups"]
     (version,) = crd["spec"]["versions"]
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {
@@ -43,22 +48,73 @@ def test_consumer_group_crd_names_subresources_and_columns() -> None:
             "labelSelectorPath": ".status.labelSelector",
         },
     }
-    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
-    assert columns == {
-        "Replicas": ".spec.replicas",
-        "Ready": ".status.readyMembers",
-        "State": ".status.state",
-        "Epoch": ".status.groupEpoch",
-        "Lag": ".status.lag.total",
-        "Group": ".spec.groupId",
-        "Age": ".metadata.creationTimestamp",
+    default = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert default == ["Ready", "Replicas", "State", "Epoch", "Lag", "Health", "Age"]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Members", "Group"]
+
+
+# kubectl's JSONPath, as far as the printer columns use it: fields, and one filter by equality.
+_FILTER = re.compile(r'\[\?\(@\.(\w+)=="([^"]*)"\)\]')
+
+
+def _column_value(resource: dict[str, Any], path: str) -> Any:
+    value: Any = resource
+    for step in re.findall(r'\.\w+|\[\?\(@\.\w+=="[^"]*"\)\]', path):
+        filtered = _FILTER.fullmatch(step)
+        if filtered is not None:
+            key, wanted = filtered.groups()
+            value = next((item for item in value or () if item.get(key) == wanted), None)
+        else:
+            value = (value or {}).get(step[1:])
+    return value
+
+
+def test_consumer_group_columns_read_a_built_status() -> None:
+    crd = kube_schema.load_crd("consumergroups")
+    (version,) = crd["spec"]["versions"]
+    group = specs.parse_consumer_group("orders", "shop", _example_group()["spec"])
+    description = messages.GroupDescription(
+        group_id=group.group_id,
+        state="stable",
+        group_epoch=7,
+        assignment_epoch=7,
+        assignor="uniform",
+        members=(),
+    )
+    verdict = lag_health.GroupVerdict(
+        lag_health.Verdict.ERROR,
+        (lag_health.PartitionVerdict("orders", 0, lag_health.Verdict.STALL, 12, 3, 0),),
+    )
+    status = group_status.build_group_status(
+        group, 1, description, {("orders", 0): 12}, None, "2026-01-01T00:00:00Z", verdict=verdict
+    )
+    resource = {
+        **_example_group(),
+        "metadata": {"name": "orders", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": status,
+    }
+    row = {
+        column["name"]: _column_value(resource, column["jsonPath"])
+        for column in version["additionalPrinterColumns"]
+    }
+    assert row == {
+        "Ready": "False",
+        "Replicas": resource["spec"]["replicas"],
+        "State": "Stable",
+        "Epoch": 7,
+        "Lag": 12,
+        "Health": "ERROR",
+        "Age": "2026-01-01T00:00:00Z",
+        "Members": 0,
+        "Group": "shop.orders",
     }
 
 
 def test_offset_snapshot_crd_names_and_status() -> None:
     crd = kube_schema.load_crd("offsetsnapshots")
     assert crd["spec"]["names"]["shortNames"] == ["osnap"]
-    assert crd["spec"]["names"]["categories"] == ["kafka"]
+    assert crd["spec"]["names"]["categories"] == ["kafkagroups"]
     (version,) = crd["spec"]["versions"]
     assert version["subresources"] == {"status": {}}
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]

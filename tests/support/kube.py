@@ -43,14 +43,14 @@ RESOURCES = {
         kind="ConsumerGroup",
         singular="consumergroup",
         shortnames={"cg"},
-        categories={"kafka"},
+        categories={"kafkagroups"},
         subresources={"status", "scale"},
     ),
     "kafkagroups.io/v1alpha1/offsetsnapshots": dict(
         kind="OffsetSnapshot",
         singular="offsetsnapshot",
         shortnames={"osnap"},
-        categories={"kafka"},
+        categories={"kafkagroups"},
         subresources={"status"},
     ),
     "apps/v1/statefulsets": dict(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -14,10 +15,17 @@ def create_topic(bootstrap: str, partitions: int, messages_per_partition: int = 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
     if messages_per_partition:
-        # One record per batch: the broker's high watermark is only right for those.
-        producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
-        for partition in range(partitions):
-            for index in range(messages_per_partition):
-                producer.produce(name, f"m{index}".encode(), partition=partition)
-        assert producer.flush(30) == 0
+        produce(bootstrap, name, range(partitions), messages_per_partition)
     return name
+
+
+def produce(
+    bootstrap: str, topic: str, partitions: Iterable[int], count: int, first: int = 0
+) -> None:
+    """Messages ``first`` to ``first + count - 1`` (``b"m<i>"``) to each of ``partitions``."""
+    # One record per batch: the broker's high watermark is only right for those.
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    for partition in partitions:
+        for index in range(first, first + count):
+            producer.produce(topic, f"m{index}".encode(), partition=partition)
+    assert producer.flush(30) == 0

@@ -6,7 +6,9 @@
   reason; what may heal by itself (a missing Secret or topic, Kafka down) is retried with
   backoff, a malformed spec waits for the next edit. Never a crash loop.
 * a daemon per group refreshes the status from the coordinator (state, epochs, members, lag,
-  conditions) and posts an Event per rebalance.
+  conditions) and posts an Event per rebalance. Each refresh also feeds the group's window of
+  recent commits and log ends (``coordinator.lag_health``, Burrow's rules): the verdict is
+  ``status.lag.verdict`` and the ``LagHealthy`` condition, with an Event on each change.
 * pod events: a pod whose ordinal is at or above ``spec.replicas`` has left for good (a
   scale-down), so its static member is removed at once and its partitions move. A deleted or
   failed pod of a live ordinal is a temporary leave: nothing is done, its static member keeps
@@ -32,7 +34,7 @@ from typing import Any, cast
 import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
-from kafka_group_operator.coordinator import messages
+from kafka_group_operator.coordinator import lag_health, messages
 from kafka_group_operator.handlers import kafka_probe, lifecycle, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
@@ -256,11 +258,17 @@ async def describe(
 async def refresh_status(
     state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec, body: Mapping[str, Any]
 ) -> messages.GroupDescription | None:
-    """Compute the status from the coordinator and patch it when it changed."""
+    """Compute the status from the coordinator and patch it when it changed; an Event when
+    the lag verdict changed."""
     description = await describe(state, group.group_id)
     lag: Mapping[tuple[str, int], int] = {}
+    window = state.lag_windows.setdefault(
+        (group.namespace, group.name), lag_health.GroupLagWindow()
+    )
+    verdict = lag_health.GroupVerdict(lag_health.Verdict.NOTFOUND, ())
     if description is not None:
-        lag = await state.runtime.group_lag(group.group_id)
+        lag = await observe_lag(state, group.group_id, window)
+        verdict = window.evaluate(state.runtime.config.clock_ms())
     status = body.get("status") or {}
     stateful_set = await state.kube.get_or_none(
         kube_client.STATEFUL_SETS, group.namespace, consumer_group.stateful_set_name(group)
@@ -274,9 +282,52 @@ async def refresh_status(
         status.get("conditions"),
         conditions.now_rfc3339(),
         observed_replicas=observed if isinstance(observed, int) else None,
+        verdict=verdict,
     )
     await _patch_status(state, body, fresh)
+    report_verdict_change(window, verdict, status, body)
     return description
+
+
+async def observe_lag(
+    state: lifecycle.OperatorState, group_id: str, window: lag_health.GroupLagWindow
+) -> Mapping[tuple[str, int], int]:
+    """The group's lag per partition; feeds ``window`` with the committed offsets (and their
+    commit times) and the log ends the lag comes from."""
+    request = messages.OffsetFetchRequest(group_id)
+    committed = (await state.runtime.fetch_offsets(request)).offsets
+    lag = await state.runtime.group_lag(group_id)
+    window.observe(
+        {tp: (value.offset, value.commit_timestamp) for tp, value in committed.items()},
+        # The lag is the log end minus the committed offset (0 when the log end is behind).
+        {tp: committed[tp].offset + value for tp, value in lag.items() if tp in committed},
+    )
+    return lag
+
+
+def report_verdict_change(
+    window: lag_health.GroupLagWindow,
+    verdict: lag_health.GroupVerdict,
+    status: Mapping[str, Any],
+    body: Mapping[str, Any],
+) -> None:
+    """An Event when the group's lag verdict differs from the one published before (by this
+    process, or as found in the status after a restart; none is NOTFOUND)."""
+    previous = window.published
+    if previous is None:
+        recorded = ((status.get("lag") or {}).get("verdict") or {}).get("status")
+        previous = lag_health.Verdict.__members__.get(str(recorded), lag_health.Verdict.NOTFOUND)
+    window.published = verdict.verdict
+    if previous is verdict.verdict:
+        return
+    healthy = verdict.verdict in (lag_health.Verdict.OK, lag_health.Verdict.NOTFOUND)
+    kopf.event(
+        kopf.Body(cast("kopf.RawBody", body)),
+        type="Normal" if healthy else "Warning",
+        reason="LagVerdictChanged",
+        message=f"lag verdict {previous.name} -> {verdict.verdict.name}: "
+        f"{group_status.lag_condition(verdict).message}",
+    )
 
 
 async def remove_surplus_members(
@@ -436,6 +487,7 @@ async def delete(
     state = lifecycle.state_of(memo)
     group_id = ownership.group_id_of(body)
     state.reconciled.pop((meta["namespace"], meta["name"]), None)
+    state.lag_windows.pop((meta["namespace"], meta["name"]), None)
     delay = min(retry_delay(retry, state.config.retry_base_seconds), 10.0)
     try:
         # A resource that never got to claim its id (deleted before its first

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import tokens
+from kafka_group_operator.coordinator import lag_health
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import ownership
 from kafka_group_operator.kube import client as kube_client
@@ -53,6 +54,9 @@ class OperatorState:
     # (namespace, name) -> the generation last reconciled successfully. The status daemon
     # reports only on those, so it never hides a pending change or a failure's conditions.
     reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
+    # (namespace, name) -> the group's window of recent commits for its lag verdict; bounded
+    # per partition, dropped with the resource.
+    lag_windows: dict[tuple[str, str], lag_health.GroupLagWindow] = field(default_factory=dict)
 
 
 def config_of(memo: Any) -> operator_config.OperatorConfig:

@@ -18,6 +18,9 @@ DEGRADED = "Degraded"
 RESET_IN_PROGRESS = "ResetInProgress"
 # Whether ``spec.snapshots`` can be followed (False with reason InvalidSchedule otherwise).
 SNAPSHOTS_SCHEDULED = "SnapshotsScheduled"
+# Whether the lag verdict (Burrow's rules, see coordinator.lag_health) is OK; the reason is
+# the verdict itself.
+LAG_HEALTHY = "LagHealthy"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,17 @@
 """The ``status`` of a ConsumerGroup, computed from what the coordinator reports.
 
-Pure: the coordinator's ``GroupDescription``, the per-partition lag and the spec in; the
-status dict (state, epochs, members, lag, conditions) out. The handlers patch it as it is.
+Pure: the coordinator's ``GroupDescription``, the per-partition lag, the lag verdict and the
+spec in; the status dict (state, epochs, members, lag and its verdict, conditions) out. The
+handlers patch it as it is.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kafka_group_operator.coordinator import messages
+from kafka_group_operator.coordinator import lag_health, messages
 from kafka_group_operator.manifests import conditions, consumer_group
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors
@@ -24,6 +26,11 @@ _STATES = {
     "dead": "Dead",
 }
 _REBALANCING_STATES = ("Assigning", "Reconciling")
+# At most this many partitions are listed under ``status.lag.verdict.partitions`` (the worst
+# ones), so that the status of a group with thousands of partitions stays small.
+MAX_VERDICT_PARTITIONS = 10
+# ... and named in the LagHealthy condition's message.
+_MESSAGE_PARTITIONS = 3
 
 
 def group_state(description: messages.GroupDescription | None, paused: bool) -> str:
@@ -39,12 +46,76 @@ def is_ready_member(member: messages.MemberDescription) -> bool:
     return member.state.lower() == "stable"
 
 
-def build_lag(lag: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+def build_lag(
+    lag: Mapping[tuple[str, int], int], verdict: lag_health.GroupVerdict | None = None
+) -> dict[str, Any]:
     per_topic: dict[str, int] = {}
     for (topic, _), value in lag.items():
         per_topic[topic] = per_topic.get(topic, 0) + max(value, 0)
     values = [max(value, 0) for value in lag.values()]
-    return {"total": sum(values), "max": max(values, default=0), "topics": per_topic}
+    built: dict[str, Any] = {
+        "total": sum(values),
+        "max": max(values, default=0),
+        "topics": per_topic,
+    }
+    if verdict is not None:
+        built["verdict"] = build_verdict(verdict)
+    return built
+
+
+def _commit_time(timestamp_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.UTC)
+    return conditions.now_rfc3339(moment)
+
+
+def build_verdict(verdict: lag_health.GroupVerdict) -> dict[str, Any]:
+    """``status.lag.verdict``: the group's verdict and its partitions that are not OK, the
+    worst first, at most ``MAX_VERDICT_PARTITIONS`` of them."""
+    unhealthy = [p for p in verdict.partitions if p.verdict is not lag_health.Verdict.OK]
+    return {
+        "status": verdict.verdict.name,
+        "evaluatedPartitions": len(verdict.partitions),
+        "unhealthyPartitions": len(unhealthy),
+        "partitions": [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "status": p.verdict.name,
+                "lag": p.current_lag,
+                "offset": p.offset,
+                "lastCommit": _commit_time(p.commit_timestamp_ms),
+            }
+            for p in unhealthy[:MAX_VERDICT_PARTITIONS]
+        ],
+    }
+
+
+def lag_condition(verdict: lag_health.GroupVerdict) -> conditions.Condition:
+    """``LagHealthy``: True for OK, Unknown before any commit, False otherwise; the reason
+    is the verdict."""
+    name = verdict.verdict.name
+    if verdict.verdict is lag_health.Verdict.NOTFOUND:
+        return conditions.Condition(
+            conditions.LAG_HEALTHY, None, name, "the group has no committed offset to evaluate"
+        )
+    if verdict.verdict is lag_health.Verdict.OK:
+        return conditions.Condition(
+            conditions.LAG_HEALTHY,
+            True,
+            name,
+            f"{len(verdict.partitions)} committed partition(s), none stopped, stalled, "
+            "rewound or falling behind",
+        )
+    unhealthy = [p for p in verdict.partitions if p.verdict is not lag_health.Verdict.OK]
+    named = ", ".join(
+        f"{p.topic}/{p.partition} {p.verdict.name} (lag {p.current_lag})"
+        for p in unhealthy[:_MESSAGE_PARTITIONS]
+    )
+    more = len(unhealthy) - _MESSAGE_PARTITIONS
+    suffix = f" and {more} more" if more > 0 else ""
+    return conditions.Condition(
+        conditions.LAG_HEALTHY, False, name, f"{len(unhealthy)} partition(s): {named}{suffix}"
+    )
 
 
 def build_members(
@@ -77,16 +148,20 @@ def build_group_status(
     previous_conditions: Sequence[Mapping[str, Any]] | None,
     now: str,
     observed_replicas: int | None = None,
+    verdict: lag_health.GroupVerdict | None = None,
 ) -> dict[str, Any]:
     """The full status of a group that is reconciled and coordinated.
 
     ``observed_replicas`` is the StatefulSet's own count of pods (what autoscalers read
     through the scale subresource); until it reports one, the desired count stands in.
+    ``verdict``, when given, is published as ``lag.verdict`` and the LagHealthy condition.
     """
     state = group_state(description, group.paused)
     members = build_members(description, lag)
     ready = sum(1 for m in description.members if is_ready_member(m)) if description else 0
     updates = _conditions_for(group, state, ready, len(members))
+    if verdict is not None:
+        updates.append(lag_condition(verdict))
     return {
         "observedGeneration": generation,
         "groupId": group.group_id,
@@ -98,7 +173,7 @@ def build_group_status(
         "labelSelector": consumer_group.label_selector(group.name),
         "tokenSecret": consumer_group.token_secret_name(group.name),
         "members": members,
-        "lag": build_lag(lag),
+        "lag": build_lag(lag, verdict),
         "conditions": conditions.merge_conditions(previous_conditions, updates, generation, now),
     }
 
