@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.static.primitive import i32Timedelta
 
@@ -259,9 +260,9 @@ async def _settled_members(
 async def run(quick: bool, workdir: Path) -> dict[str, Any]:
     duration = 2.0 if quick else 6.0
     with embedded.running_broker() as broker:
-        from tests.support import topics
-
-        topic = topics.create_topic(broker.bootstrap, PARTITIONS)
+        topic = f"bench-protocol-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
         runtime = coordinator_runtime.CoordinatorRuntime(
             coordinator_runtime.RuntimeConfig(
                 bootstrap_servers=broker.bootstrap,

@@ -16,6 +16,7 @@ functions; the gateway reads no further than ``peek_request_header``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import struct
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ def peek_request_header(payload: bytes) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id)
 
 
+@functools.cache
 def request_type(api_key: int, api_version: int) -> type[Any] | None:
     """kio's request type of this API version, ``None`` when kio does not know it."""
     try:
@@ -99,6 +101,7 @@ def request_type(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
+@functools.cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
     return load_response_schema(api_key, api_version)
 

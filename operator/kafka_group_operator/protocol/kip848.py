@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import uuid
 from typing import Any
 
@@ -25,6 +26,11 @@ def new_member_id() -> str:
     """A member id as Kafka's ``Uuid.randomUuid().toString()`` prints one (v0 clients leave
     the member id empty on join and the coordinator chooses it)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@functools.lru_cache(maxsize=64)
+def _interval(milliseconds: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=milliseconds))
 
 
 def _milliseconds(value: datetime.timedelta) -> int:
@@ -100,7 +106,7 @@ async def consumer_group_heartbeat(ctx: dispatch.RequestContext, request: Any) -
             error_message=error.message,
             member_id=None,
             member_epoch=0,
-            heartbeat_interval=i32Timedelta.parse(datetime.timedelta(0)),
+            heartbeat_interval=_interval(0),
             assignment=None,
         )
     return ctx.response(
@@ -108,9 +114,7 @@ async def consumer_group_heartbeat(ctx: dispatch.RequestContext, request: Any) -
         error_message=None,
         member_id=response.member_id,
         member_epoch=response.member_epoch,
-        heartbeat_interval=i32Timedelta.parse(
-            datetime.timedelta(milliseconds=response.heartbeat_interval_ms)
-        ),
+        heartbeat_interval=_interval(response.heartbeat_interval_ms),
         assignment=assignment,
     )
 
