@@ -299,3 +299,50 @@ async def test_tokens_read_at_start_are_the_owners_only(
     assert store.token_for(GROUP_ID) == "token-of-orders"
     assert store.token_for(f"{NS}.alone") == "token-of-alone"
     assert store.token_for("contested") is None
+
+
+async def test_while_nobody_owns_an_id_the_oldest_claimant_gets_it_whatever_the_order(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
+) -> None:
+    """As after an upgrade from a version without owners: the older resource has not claimed
+    its id yet (here: its reconciliation is paused) when a younger one naming it reconciles."""
+    paused = group_body(topic, broker.bootstrap, replicas=1)
+    paused["metadata"]["annotations"] = {"kafkagroups.io/pause-reconciliation": "true"}
+    await create(kmock, paused)
+    await operator.wait_for(
+        lambda: (kmock.get(CG, NS, "orders") or {}).get("status", {}).get("conditions")
+    )
+    # Creation times have a resolution of a second (as the API server's).
+    await asyncio.sleep(1.1)
+    await create_intruder(kmock, intruder_body(topic, broker.bootstrap, deletionPolicy="Delete"))
+    ready = await operator.wait_for(
+        lambda: (
+            ready_of(kmock, OTHER_NS, "intruder").get("reason") == "GroupIdConflict"
+            and ready_of(kmock, OTHER_NS, "intruder")
+        )
+    )
+    assert f"owned by ConsumerGroup {NS}/orders" in ready["message"]
+    assert kmock.get("apps/v1/statefulsets", OTHER_NS, "intruder") is None
+    assert await operator.call(operator.state.runtime.group_owner(GROUP_ID)) is None
+    # Nor does the younger one's deletion claim the id to wipe it.
+    await operator.call(
+        operator.state.runtime.commit_offsets(
+            messages.OffsetCommitRequest(
+                GROUP_ID, "", messages.LEAVE_EPOCH, {(topic, 0): messages.CommitOffset(5)}
+            )
+        )
+    )
+    await kube.api_call(
+        kmock,
+        "DELETE",
+        f"/apis/kafkagroups.io/v1alpha1/namespaces/{OTHER_NS}/consumergroups/intruder",
+    )
+    await operator.wait_for(lambda: kmock.get(CG, OTHER_NS, "intruder") is None)
+    assert await committed(operator) == {(topic, 0): 5}
+
+    # The older one resumes, claims its id and runs.
+    resume = {"metadata": {"annotations": {"kafkagroups.io/pause-reconciliation": None}}}
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, resume)
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    owner = await operator.call(operator.state.runtime.group_owner(GROUP_ID))
+    assert owner == messages.GroupOwner(NS, "orders", uid_of(kmock, NS, "orders"))

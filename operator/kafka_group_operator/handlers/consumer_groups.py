@@ -154,8 +154,8 @@ async def claim_group_id(
     Comes before any change: a second claimant must not touch the owner's token, settings
     or members.
     """
-    owner = await state.runtime.claim_group(
-        messages.ClaimGroupRequest(group.group_id, ownership.owner_of(meta))
+    owner = await ownership.claim(
+        state.runtime, state.kube, group.group_id, meta, state.config.namespaces
     )
     if owner.uid != meta.get("uid"):
         raise ownership.GroupIdConflict(ownership.conflict_message(group.group_id, owner))
@@ -491,11 +491,12 @@ async def delete(
     delay = min(retry_delay(retry, state.config.retry_base_seconds), 10.0)
     try:
         # A resource that never got to claim its id (deleted before its first
-        # reconciliation, or an upgrade from a version without owners) claims it now.
-        owner = await state.runtime.claim_group(
-            messages.ClaimGroupRequest(group_id, ownership.owner_of(meta))
+        # reconciliation, or an upgrade from a version without owners) claims it now,
+        # unless an older resource names the id too.
+        owner = await ownership.claim(
+            state.runtime, state.kube, group_id, meta, state.config.namespaces
         )
-    except coordinator_errors.CoordinatorError as error:
+    except (coordinator_errors.CoordinatorError, kube_errors.KubeError) as error:
         raise kopf.TemporaryError(
             f"cannot look up the owner of {group_id}: {error}", delay
         ) from error

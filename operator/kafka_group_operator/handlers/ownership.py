@@ -1,11 +1,12 @@
 """Who owns a group id, and the group tokens an operator start must read before anything else.
 
 A group id is owned by one ConsumerGroup resource (namespace, name, uid), recorded in the
-coordinator's state topic by the first reconciliation that claims it, so it survives
-restarts. Another resource naming the same ``groupId`` is a second claimant: it gets
-``Ready=False, GroupIdConflict`` and changes nothing (no token, no settings, no children),
-and its deletion discards nothing. The owner's deletion releases the id; a waiting claimant
-then takes it over on its next retry.
+coordinator's state topic when it claims the id, so it survives restarts. While nobody owns
+an id, the oldest resource naming it is the one that may claim it. Another resource naming
+the same ``groupId`` is a second claimant: it gets ``Ready=False, GroupIdConflict`` and
+changes nothing (no token, no settings, no children, no offset reset, no snapshot), and its
+deletion discards nothing. The owner's deletion releases the id; a waiting claimant then
+takes it over on its next retry.
 
 ``load_tokens`` runs once per operator start: it reads the token Secret of every existing
 ConsumerGroup (the owners' only) and then marks the token store loaded. Until then the
@@ -55,6 +56,54 @@ def group_id_of(body: Mapping[str, Any]) -> str:
     if isinstance(group_id, str) and group_id:
         return group_id
     return specs.default_group_id(meta["namespace"], meta["name"])
+
+
+async def claim(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    kube: kube_client.KubeClient,
+    group_id: str,
+    meta: Mapping[str, Any],
+    namespaces: tuple[str, ...],
+) -> messages.GroupOwner:
+    """Claim ``group_id`` for the resource with ``meta``; the owner after the claim.
+
+    That is another resource when it owns the id, or when nobody owns it yet and another
+    existing ConsumerGroup naming it is older (then nothing is recorded: the older one claims
+    it on its own reconciliation). So the outcome does not depend on the order in which
+    resources are reconciled, e.g. after an upgrade from a version without owners, where
+    every resource claims at once. Raises ``KubeError`` and ``CoordinatorError``.
+    """
+    if await runtime.group_owner(group_id) is None:
+        elder = await _elder_claimant(kube, group_id, meta, namespaces)
+        if elder is not None:
+            return owner_of(elder)
+    return await runtime.claim_group(messages.ClaimGroupRequest(group_id, owner_of(meta)))
+
+
+async def _elder_claimant(
+    kube: kube_client.KubeClient,
+    group_id: str,
+    meta: Mapping[str, Any],
+    namespaces: tuple[str, ...],
+) -> Mapping[str, Any] | None:
+    """The metadata of the oldest other live ConsumerGroup naming ``group_id``, if older."""
+
+    def age(other: Mapping[str, Any]) -> tuple[str, str]:
+        # RFC 3339 timestamps of one format order as text; the uid breaks ties.
+        return (str(other.get("creationTimestamp") or ""), str(other.get("uid") or ""))
+
+    elders = []
+    for namespace in namespaces or (None,):
+        for body in await kube.list(kube_client.CONSUMER_GROUPS, namespace):
+            other = body.get("metadata") or {}
+            if (
+                group_id_of(body) == group_id
+                and other.get("uid") != meta.get("uid")
+                and not other.get("deletionTimestamp")
+                and age(other) < age(meta)
+            ):
+                elders.append(other)
+    return min(elders, key=age) if elders else None
 
 
 async def owns(
