@@ -9,9 +9,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from kafka_group_operator.handlers import config
 from kafka_group_operator.manifests import consumer_group
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors
+from tests.chart import test_chart as chart
 from tests.manifests.test_consumer_group import K8S_VERSION, URL
 
 GATEWAY = consumer_group.GatewaySettings(
@@ -163,3 +165,25 @@ def test_body_is_a_valid_kubernetes_object(secret: dict[str, str] | None) -> Non
         kafka["secretRef"] = secret
     body = consumer_group.build_stateful_set(_group(kafka=kafka), URL, GATEWAY)
     kubernetes_validate.validate(body, K8S_VERSION, strict=True)
+
+
+def test_operator_settings_give_the_sidecar_its_image_and_coordinator() -> None:
+    settings = config.OperatorConfig.from_env(
+        {
+            "KGO_BOOTSTRAP_SERVERS": "k:1",
+            "KGO_COORDINATOR_URL": "http://kgo.system.svc:8080",
+            "KGO_KAFKA_PORT": "9093",
+            "KGO_GATEWAY_IMAGE": "registry/kgo:1.2.3",
+        }
+    )
+    assert config.gateway_settings(settings) == consumer_group.GatewaySettings(
+        image="registry/kgo:1.2.3", coordinator_address="kgo.system.svc:9093"
+    )
+
+
+def test_chart_gives_the_operator_its_own_image_for_the_sidecar() -> None:
+    docs = chart._render(*chart.REQUIRED, "--set", "image.tag=9.9.9")
+    (container,) = chart._find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["KGO_GATEWAY_IMAGE"] == container["image"]
+    assert container["image"].endswith(":9.9.9")

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kafka_group_operator.manifests import consumer_group
+
 # librdkafka needs file paths for these; the Secret mounts them as files with these names.
 _FILE_PROPERTIES = {
     "ca.crt": "ssl.ca.location",
@@ -42,6 +44,8 @@ class OperatorConfig:
     kafka_advertised_host: str | None = None
     kafka_tls_cert_file: str | None = None
     kafka_tls_key_file: str | None = None
+    # The image of the gateway sidecar of ``clientProtocol: kafka`` groups (the operator's).
+    gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
     status_interval_seconds: float = 10.0
     # First retry delay of a spec that may heal (doubling up to 5 minutes).
     retry_base_seconds: float = 5.0
@@ -81,6 +85,7 @@ class OperatorConfig:
             kafka_advertised_host=env.get("KGO_KAFKA_ADVERTISED_HOST") or None,
             kafka_tls_cert_file=env.get("KGO_KAFKA_TLS_CERT_FILE") or None,
             kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
+            gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,
             namespaces=tuple(
@@ -96,6 +101,14 @@ class OperatorConfig:
 def kafka_listener_host(config: OperatorConfig) -> str:
     """The host the coordinator listener advertises: set explicitly, else the member API's."""
     return config.kafka_advertised_host or urlsplit(config.coordinator_url).hostname or "localhost"
+
+
+def gateway_settings(config: OperatorConfig) -> consumer_group.GatewaySettings:
+    """The gateway sidecar's settings: the operator's image and its coordinator listener."""
+    return consumer_group.GatewaySettings(
+        image=config.gateway_image,
+        coordinator_address=f"{kafka_listener_host(config)}:{config.kafka_port}",
+    )
 
 
 def read_kafka_config_dir(directory: Path) -> dict[str, str]:
