@@ -35,7 +35,7 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import lag_health, messages
-from kafka_group_operator.handlers import kafka_probe, lifecycle, ownership
+from kafka_group_operator.handlers import config, kafka_probe, lifecycle, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, consumer_group, group_settings, group_status
@@ -233,8 +233,9 @@ async def apply_children(
 
     sts_name = consumer_group.stateful_set_name(group)
     url = state.config.coordinator_url
+    gateway = config.gateway_settings(state.config)
     if await kube.get_or_none(kube_client.STATEFUL_SETS, ns, sts_name) is None:
-        sts_body = consumer_group.build_stateful_set(group, url)
+        sts_body = consumer_group.build_stateful_set(group, url, gateway)
         kopf.adopt(sts_body, owner=owner)
         await kube.create(kube_client.STATEFUL_SETS, ns, sts_body)
     else:
@@ -242,7 +243,7 @@ async def apply_children(
             kube_client.STATEFUL_SETS,
             ns,
             sts_name,
-            consumer_group.build_stateful_set_patch(group, url),
+            consumer_group.build_stateful_set_patch(group, url, gateway),
         )
 
 
