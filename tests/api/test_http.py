@@ -35,7 +35,7 @@ from tests.support import groups
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="module")]
 
 DOCUMENT = openapi.document()
-TOKENS = {"group-a": "token-a", "group-b": "token-b", "group-c": "token-c"}
+TOKENS = {"group-a": "token-a", "group-b": "token-b", "group-c": "token-c", "group-d": "token-d"}
 
 
 def conforms(body: Any, schema: str) -> None:
@@ -191,6 +191,26 @@ async def test_malformed_bodies_get_a_clear_400(
         conforms(error, "Error")
         assert (error["error"], error["code"]) == ("INVALID_REQUEST", 42)
     assert complaint in error["message"]  # the heartbeat's complaint
+
+
+async def test_a_large_body_is_read_whole(
+    http: test_utils.TestClient[Any, Any], topic: str
+) -> None:
+    """A body arrives in several pieces; all of them are read (JSON allows the padding)."""
+    body = b'{"memberId": "large", "memberEpoch": 0, "subscribedTopicNames": ["%s"]' % (
+        topic.encode()
+    )
+    data = body + b" " * (app.MAX_BODY_BYTES - len(body) - 1) + b"}"
+    reply = await http.post("/v1/groups/group-d/heartbeat", data=data, headers=auth("group-d"))
+    assert reply.status == 200, await reply.text()
+    assert (await reply.json())["memberId"] == "large"
+    # One byte more is refused.
+    reply = await http.post(
+        "/v1/groups/group-d/heartbeat", data=b" " + data, headers=auth("group-d")
+    )
+    error = await reply.json()
+    assert (reply.status, error["error"]) == (400, "INVALID_REQUEST")
+    assert "larger than" in error["message"]
 
 
 async def test_an_oversized_body_is_refused(http: test_utils.TestClient[Any, Any]) -> None:

@@ -57,6 +57,10 @@ class Coordinator(Protocol):
 
     async def list_groups(self) -> list[str]: ...
 
+    async def read_fence(self, group_id: str, all_partitions: bool = False) -> dict[int, int]:
+        """Load markers appended through the coordinator's writer; their offsets."""
+        ...
+
 
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 TOKENS_KEY = web.AppKey("tokens", tokens.TokenStore)
@@ -118,10 +122,13 @@ def _auth_middleware(store: tokens.TokenStore | None) -> Middleware:
 async def _json_body(request: web.Request) -> object:
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
-    raw = await request.content.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
-    return wire.parse_json(raw)
+    # read(n) returns what has arrived, up to n bytes: a large body takes several reads.
+    raw = bytearray()
+    while chunk := await request.content.read(MAX_BODY_BYTES + 1 - len(raw)):
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise errors.InvalidRequest(f"body larger than {MAX_BODY_BYTES} bytes")
+    return wire.parse_json(bytes(raw))
 
 
 def _coordinator(request: web.Request) -> Coordinator:
@@ -201,6 +208,14 @@ async def _list(request: web.Request) -> web.Response:
     return web.json_response({"groups": listed})
 
 
+async def _read_fence(request: web.Request) -> web.Response:
+    """A job's read fence (the body is optional: ``{}`` fences the group's partition)."""
+    group = _group(request)
+    raw = await _json_body(request) if request.can_read_body else {}
+    ends = await _coordinator(request).read_fence(group, wire.decode_read_fence(raw))
+    return web.json_response(wire.encode_read_fence(ends))
+
+
 async def _openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[_OPENAPI_KEY], content_type="application/json")
 
@@ -229,6 +244,7 @@ def build_app(runtime: Coordinator, token_store: tokens.TokenStore | None) -> we
     app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
+    app.router.add_post("/v1/groups/{group}/read-fence", _read_fence)
     app.router.add_get("/v1/groups/{group}", _describe)
     app.router.add_get("/v1/groups", _list)
     app.router.add_get("/openapi.json", _openapi)
