@@ -123,7 +123,7 @@ def _check_fields(
 
 
 def _names(names: list[str]) -> str:
-    """Client-chosen names for an error message: at most five, each quoted and escaped."""
+    """Client-chosen names for an error message: at most five, each escaped to ASCII."""
     shown = ", ".join(ascii(name)[1:-1][:MAX_NAME_LENGTH] for name in names[:5])
     return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
