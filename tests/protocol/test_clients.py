@@ -172,6 +172,21 @@ async def test_kafka_python_admin_lists_describes_reads_and_deletes(
     assert group not in await runtime.list_groups()
 
 
+async def test_a_managed_group_is_not_deleted_over_the_wire(
+    open_listener: protocol_listener.Listener,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    topic: str,
+) -> None:
+    group = await committed_group(runtime, topic, {0: 1})
+    await runtime.claim_group(
+        messages.ClaimGroupRequest(group, messages.GroupOwner("shop", "orders", "uid-1"))
+    )
+    seen = await asyncio.to_thread(kafka_python_tour, open_listener.port, group)
+    assert "GroupAuthorizationFailed" in str(seen["deleted"][group])
+    assert group in await runtime.list_groups()
+    assert seen["offsets"] == {(topic, 0): 1}
+
+
 def kafka_python_with_token(port: int, username: str, password: str) -> dict[str, Any]:
     admin = kafka_python_admin(
         port,

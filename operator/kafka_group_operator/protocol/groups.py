@@ -2,7 +2,9 @@
 
 Every group of this coordinator is a consumer group (``protocol_type`` "consumer", group
 type "consumer"). With tokens, a connection lists and describes only the group it
-authenticated as; other groups are ``GROUP_AUTHORIZATION_FAILED``.
+authenticated as; other groups are ``GROUP_AUTHORIZATION_FAILED``. A group owned by a
+ConsumerGroup resource is deleted with that resource, not with DeleteGroups
+(``GROUP_AUTHORIZATION_FAILED``, naming the resource).
 """
 
 from __future__ import annotations
@@ -148,6 +150,14 @@ async def delete_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
     for group_id in request.groups_names:
         try:
             ctx.authorize(group_id)
+            owner = await ctx.coordinator.group_owner(group_id)
+            if owner is not None:
+                # Its settings and lifecycle are the resource's: deleting the group is
+                # deleting the resource (its deletionPolicy says what becomes of offsets).
+                raise errors.GroupAuthorizationFailed(
+                    f"group {group_id!r} is managed by ConsumerGroup "
+                    f"{owner.namespace}/{owner.name}: delete that resource instead"
+                )
             await ctx.coordinator.delete_group(messages.DeleteGroupRequest(group_id))
             code = ErrorCode.none
         except errors.CoordinatorError as error:
