@@ -396,3 +396,45 @@ async def test_a_client_gone_mid_request_does_not_disturb_others(
     finally:
         await bystander.close()
     await assert_serving(open_listener.port)
+
+
+async def test_idle_and_stalled_connections_are_closed(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0, idle_timeout_s=0.5)
+    )
+    await served.start()
+    try:
+        idle = await Connection.open(served.port)
+        stalled = await Connection.open(served.port)
+        try:
+            # Half a request, then nothing (a slow sender holds no connection for ever).
+            await stalled.send_raw(framing.encode_request(api_versions_v3(), 1)[:7])
+            assert await idle.closed_by_peer()
+            assert await stalled.closed_by_peer()
+        finally:
+            await idle.close()
+            await stalled.close()
+        await assert_serving(served.port)
+    finally:
+        await served.stop()
+
+
+async def test_a_wildcard_address_is_not_advertised(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(host="0.0.0.0", port=0)
+    )
+    await served.start()
+    try:
+        connection = await Connection.open(served.port)
+        try:
+            found = await connection.call(FindCoordinatorV0(key="orders"))
+            assert found.host not in ("", "0.0.0.0")
+            assert found.port == served.port
+        finally:
+            await connection.close()
+    finally:
+        await served.stop()

@@ -10,7 +10,8 @@ connection only:
   authentication (when tokens are required): the connection is closed;
 - an unsupported ApiVersions version: answered in v0 with ``UNSUPPORTED_VERSION`` and the
   ApiVersions range (KIP-511), so the client can retry with a version it shares;
-- a failed SASL authentication: answered, then closed.
+- a failed SASL authentication: answered, then closed;
+- no complete request, or a response not read, for ``idle_timeout_s``: closed.
 
 An unexpected failure in a handler is logged and closes that connection; the listener and
 every other connection go on serving.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from kafka_group_operator.protocol import dispatch, framing, routes
 
 logger = logging.getLogger(__name__)
 
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
 
 @dataclass(frozen=True)
 class ListenerConfig:
@@ -45,6 +49,9 @@ class ListenerConfig:
     # Apart from the brokers' ids, so a client that meets both never merges their nodes.
     node_id: int = 1_000_000
     max_frame_bytes: int = framing.DEFAULT_MAX_FRAME_BYTES
+    # A connection that sends no complete request (or reads no response) for this long is
+    # closed: Kafka's connections.max.idle.ms (10 minutes), which also bounds slow senders.
+    idle_timeout_s: float = 600.0
     # TLS when both are given (PEM files).
     certificate_file: str | None = None
     key_file: str | None = None
@@ -91,11 +98,10 @@ class Listener:
         self._server = await asyncio.start_server(
             self._serve, config.host, config.port, ssl=context, limit=64 * 1024
         )
-        node = dispatch.Node(
-            config.node_id,
-            config.advertised_host or config.host,
-            config.advertised_port or self.port,
-        )
+        host = config.advertised_host or config.host
+        if host in _WILDCARDS:
+            host = socket.getfqdn()  # a wildcard address is no address a client can use
+        node = dispatch.Node(config.node_id, host, config.advertised_port or self.port)
         self._services = dispatch.Services(self._coordinator, self._token_store, node, self._table)
 
     async def stop(self) -> None:
@@ -117,19 +123,24 @@ class Listener:
         peer = writer.get_extra_info("peername")
         session = dispatch.Session(client_host=str(peer[0]) if peer else "")
         try:
+            idle = self.config.idle_timeout_s
             while True:
-                payload = await framing.read_frame(reader, self.config.max_frame_bytes)
+                async with asyncio.timeout(idle):
+                    payload = await framing.read_frame(reader, self.config.max_frame_bytes)
                 if payload is None:
                     break
                 response = await handle(self._services, session, payload)
                 if response is None:
                     break
                 writer.write(response)
-                await writer.drain()
+                async with asyncio.timeout(idle):
+                    await writer.drain()
                 if session.close_after_response:
                     break
         except framing.FrameError as error:
             logger.info("closing the connection of %s: %s", session.client_host, error)
+        except TimeoutError:
+            logger.info("closing the idle connection of %s", session.client_host)
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
             pass  # the peer went away
         except asyncio.CancelledError:
