@@ -438,3 +438,40 @@ async def test_a_wildcard_address_is_not_advertised(
             await connection.close()
     finally:
         await served.stop()
+
+
+async def test_request_headers_with_tagged_fields_and_null_client_ids(
+    open_listener: protocol_listener.Listener,
+) -> None:
+    """Bytes written out from Kafka's RequestHeader.json and FindCoordinatorRequest.json."""
+    from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
+
+    connection = await Connection.open(open_listener.port)
+    try:
+        # RequestHeader v2 (flexible): api_key 10, api_version 4, correlation_id 5, client_id
+        # "c" (nullable int16-length string, even in v2), then tagged fields: one unknown
+        # field (tag 7, size 2, "xy"), which a broker skips (RequestHeader.json defines none).
+        header = struct.pack(">hhih", 10, 4, 5, 1) + b"c" + bytes([1, 7, 2]) + b"xy"
+        # FindCoordinatorRequest v4: key_type int8 0, coordinator_keys compact array of one
+        # compact string "g" (lengths are stored plus one), no tagged fields.
+        body = bytes([0, 2, 2]) + b"g" + bytes([0])
+        await connection.send_raw(framing.frame(header + body))
+        payload = await connection.read_raw()
+        assert payload is not None
+        correlation, response = framing.read_response(payload, FindCoordinatorResponse)
+        assert correlation == 5
+        assert [(c.key, c.error_code) for c in response.coordinators] == [("g", 0)]
+        # RequestHeader v1 with a null client id (length -1), FindCoordinatorRequest v0 ("g").
+        await connection.send_raw(
+            framing.frame(struct.pack(">hhih", 10, 0, 6, -1) + struct.pack(">h", 1) + b"g")
+        )
+        payload = await connection.read_raw()
+        assert payload is not None
+        # ResponseHeader v0 then FindCoordinatorResponse v0: error_code, node_id, host, port.
+        host = b"127.0.0.1"
+        node_id = open_listener.config.node_id
+        assert payload == struct.pack(">ihih", 6, 0, node_id, len(host)) + host + struct.pack(
+            ">i", open_listener.port
+        )
+    finally:
+        await connection.close()

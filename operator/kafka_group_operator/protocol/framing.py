@@ -28,6 +28,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import read_unsigned_varint
 from kio.static.primitive import i16, i32
 
 API_VERSIONS_KEY = 18
@@ -118,10 +119,14 @@ def read_request(payload: bytes) -> tuple[RequestHeader, Any]:
     schema = request_type(fixed.api_key, fixed.api_version)
     if schema is None:
         raise FrameError(f"unknown API key {fixed.api_key} version {fixed.api_version}")
-    header_schema = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
     try:
+        # Header v2 is v1 plus a tagged-fields section. Kafka's RequestHeader defines no
+        # tagged field, so a broker skips whatever tags a client sends there; kio's reader
+        # would refuse unknown tags, so v1's fields are read and the section is skipped.
         header: Any
-        header, offset = entity_reader(header_schema)(payload, 0)
+        header, offset = entity_reader(RequestHeaderV1)(payload, 0)
+        if schema.__flexible__:
+            offset = skip_tagged_fields(payload, offset)
         body, size = entity_reader(schema)(payload, offset)
     except Exception as error:  # kio raises assorted errors on malformed input
         raise FrameError(f"malformed {schema.__name__} v{fixed.api_version}: {error}") from None
@@ -133,6 +138,20 @@ def read_request(payload: bytes) -> tuple[RequestHeader, Any]:
     return RequestHeader(
         fixed.api_key, fixed.api_version, fixed.correlation_id, header.client_id
     ), body
+
+
+def skip_tagged_fields(payload: bytes, offset: int) -> int:
+    """The offset after a tagged-fields section (count, then tag, size and bytes of each)."""
+    count, used = read_unsigned_varint(payload, offset)
+    offset += used
+    for _ in range(count):
+        _tag, used = read_unsigned_varint(payload, offset)
+        offset += used
+        size, used = read_unsigned_varint(payload, offset)
+        offset += used + size
+        if offset > len(payload):
+            raise ValueError("a tagged field runs past the end of the request")
+    return offset
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
