@@ -15,8 +15,9 @@ Kafka's schemas (``group-coordinator/src/main/resources/common/message``), as wr
   version and the bytes after it) so that compaction can carry it through unchanged.
 * KIP-848 records, keys 3-8 (non-flexible ``string`` fields), values version 0 (flexible:
   compact strings and arrays, a tagged-field section closing every struct). On reading a
-  member's metadata the tagged ``ClassicMemberMetadata`` is skipped: we never host classic
-  members, and re-encoding such a value drops it.
+  member's metadata the tagged ``ClassicMemberMetadata`` (tag 0: ``session_timeout_ms int32,
+  supported_protocols compact_array[name compact_string, metadata compact_bytes,
+  tagged_fields], tagged_fields``) is read and written: it marks a classic-protocol member.
 
 Every string, compact or not, is at most 32,767 UTF-8 bytes: Kafka's generated message
 code refuses a longer one both when writing (``'<field>' field is too long to be
@@ -99,6 +100,10 @@ _MEMBER_STATE_IDS_FIELD = bytes((0x01, 0xE8, 0x07, 0x01, MEMBER_STATE_IDS_KAFKA)
 # Kafka's UNKNOWN (127).
 _OLD_MEMBER_STATE_IDS = {0: 1, 1: 2, 2: 0}
 _KAFKA_UNKNOWN_MEMBER_STATE = 127
+
+# Kafka's tag of ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+# (group-coordinator/src/main/resources/common/message/ConsumerGroupMemberMetadataValue.json).
+MEMBER_CLASSIC_METADATA_TAG = 0
 
 # GroupConfigValue's tagged field for the targets kept while paused (our record, our tags).
 GROUP_CONFIG_PAUSED_TARGETS_TAG = 0
@@ -316,6 +321,23 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.compact_string(value.subscribed_topic_regex)
         writer.int32(value.rebalance_timeout_ms)
         writer.compact_string(value.server_assignor)
+        classic = value.classic_member_metadata
+        if classic is not None:
+            section = _Writer(None)
+            section.int32(classic.session_timeout_ms)
+            section.uvarint(len(classic.supported_protocols) + 1)
+            for protocol in classic.supported_protocols:
+                section.compact_string(protocol.name)
+                section.uvarint(len(protocol.metadata) + 1)
+                section.buffer += protocol.metadata
+                section.no_tagged_fields()
+            section.no_tagged_fields()
+            payload = section.done()
+            writer.uvarint(1)
+            writer.uvarint(MEMBER_CLASSIC_METADATA_TAG)
+            writer.uvarint(len(payload))
+            writer.buffer += payload
+            return writer.done()
     elif isinstance(value, records.ConsumerGroupTargetAssignmentMetadataValue):
         writer.int32(value.assignment_epoch)
     elif isinstance(value, records.ConsumerGroupTargetAssignmentMemberValue):
@@ -456,6 +478,10 @@ class _Reader:
 
     def skip(self, size: int) -> None:
         self._take(size)
+
+    def compact_bytes(self) -> bytes:
+        """A non-null compact ``bytes`` field."""
+        return self._take(self.compact_count())
 
     def skip_tagged_fields(self) -> set[int]:
         """Skips a tagged-field section; returns the tags it held (their data is ignored)."""
@@ -635,15 +661,43 @@ def _partition_metadata_value(reader: _Reader) -> records.RecordValue:
 
 
 def _member_metadata_value(reader: _Reader) -> records.RecordValue:
+    """Reads its own tagged fields: tag 0 is the classic member metadata."""
+    instance_id = reader.compact_nullable_string()
+    rack_id = reader.compact_nullable_string()
+    client_id = reader.compact_string()
+    client_host = reader.compact_string()
+    subscribed_topic_names = reader.compact_strings()
+    subscribed_topic_regex = reader.compact_nullable_string()
+    rebalance_timeout_ms = reader.int32()
+    server_assignor = reader.compact_nullable_string()
+    classic: records.ClassicMemberMetadata | None = None
+    for _ in range(reader.uvarint()):
+        tag, size = reader.uvarint(), reader.uvarint()
+        if tag != MEMBER_CLASSIC_METADATA_TAG:
+            reader.skip(size)
+            continue
+        end = reader.pos + size
+        session_timeout_ms = reader.int32()
+        protocols = []
+        for _ in range(reader.compact_count()):
+            name = reader.compact_string()
+            metadata = reader.compact_bytes()
+            reader.skip_tagged_fields()
+            protocols.append(records.ClassicProtocol(name, metadata))
+        reader.skip_tagged_fields()
+        if reader.pos != end:
+            raise CodecError("classic member metadata does not fill its tagged field")
+        classic = records.ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
     return records.ConsumerGroupMemberMetadataValue(
-        instance_id=reader.compact_nullable_string(),
-        rack_id=reader.compact_nullable_string(),
-        client_id=reader.compact_string(),
-        client_host=reader.compact_string(),
-        subscribed_topic_names=reader.compact_strings(),
-        subscribed_topic_regex=reader.compact_nullable_string(),
-        rebalance_timeout_ms=reader.int32(),
-        server_assignor=reader.compact_nullable_string(),
+        instance_id=instance_id,
+        rack_id=rack_id,
+        client_id=client_id,
+        client_host=client_host,
+        subscribed_topic_names=subscribed_topic_names,
+        subscribed_topic_regex=subscribed_topic_regex,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        server_assignor=server_assignor,
+        classic_member_metadata=classic,
     )
 
 
@@ -706,7 +760,9 @@ def _load_marker_value(reader: _Reader) -> records.RecordValue:
 
 # Flexible version-0 values: the field decoder; the closing tagged fields are read after it,
 # except by the decoders that interpret some of them.
-_READS_OWN_TAGGED_FIELDS = frozenset({_current_assignment_value, _group_config_value})
+_READS_OWN_TAGGED_FIELDS = frozenset(
+    {_current_assignment_value, _group_config_value, _member_metadata_value}
+)
 _FLEXIBLE_VALUE_DECODERS: dict[type, Callable[[_Reader], records.RecordValue]] = {
     records.ConsumerGroupMetadataKey: lambda r: records.ConsumerGroupMetadataValue(r.int32()),
     records.ConsumerGroupPartitionMetadataKey: _partition_metadata_value,

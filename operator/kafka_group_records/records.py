@@ -120,6 +120,22 @@ class ConsumerGroupMemberMetadataKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """One protocol a classic member supports: its name and its (opaque) metadata."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol (JoinGroup) sent: Kafka's tagged field 0."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[ClassicProtocol, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None = None
     rack_id: str | None = None
@@ -129,6 +145,8 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None = None
     rebalance_timeout_ms: int = -1
     server_assignor: str | None = None
+    # None for a member of the consumer protocol (KIP-848).
+    classic_member_metadata: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -223,7 +224,7 @@ def test_current_member_assignment_marker_among_other_tags() -> None:
     assert codec.decode_value(key, data) == _current_assignment(KAFKA_STABLE)
 
 
-def test_member_metadata_bytes_and_classic_metadata_tag_is_skipped() -> None:
+def test_member_metadata_bytes_and_classic_metadata_tag() -> None:
     key = records.ConsumerGroupMemberMetadataKey("g1", "m")
     value = records.ConsumerGroupMemberMetadataValue(
         instance_id="i",
@@ -240,7 +241,11 @@ def test_member_metadata_bytes_and_classic_metadata_tag_is_skipped() -> None:
     # ClassicMemberMetadata (tag 0): sessionTimeoutMs 45000, no protocols, no tags.
     classic = "00 00 af c8 | 01 | 00"
     with_tag = _hex("00 00 |" + fields + "| 01 | 00 06 |" + classic)
-    assert codec.decode_value(key, with_tag) == value
+    classic_value = dataclasses.replace(
+        value, classic_member_metadata=records.ClassicMemberMetadata(45_000, ())
+    )
+    assert codec.decode_value(key, with_tag) == classic_value
+    assert codec.encode_value(classic_value) == with_tag
 
 
 def test_group_config_keeps_paused_targets_in_tag_0() -> None:

@@ -58,6 +58,14 @@ class UnknownMemberId(CoordinatorError):
     code, name, http_status = 25, "UNKNOWN_MEMBER_ID", 409
 
 
+class InconsistentGroupProtocol(CoordinatorError):
+    code, name, http_status = 23, "INCONSISTENT_GROUP_PROTOCOL", 409
+
+
+class InvalidGroupId(CoordinatorError):
+    code, name, http_status = 24, "INVALID_GROUP_ID", 400
+
+
 class InvalidSessionTimeout(CoordinatorError):
     code, name, http_status = 26, "INVALID_SESSION_TIMEOUT", 400
 
@@ -84,6 +92,16 @@ class NonEmptyGroup(CoordinatorError):
 
 class GroupIdNotFound(CoordinatorError):
     code, name, http_status = 69, "GROUP_ID_NOT_FOUND", 404
+
+
+class MemberIdRequired(CoordinatorError):
+    """JoinGroup v4+: the member must join again with the id the coordinator chose (KIP-394)."""
+
+    code, name, http_status = 79, "MEMBER_ID_REQUIRED", 409
+
+    def __init__(self, member_id: str) -> None:
+        super().__init__(f"Rejoin with member id {member_id}.")
+        self.member_id = member_id
 
 
 class GroupMaxSizeReached(CoordinatorError):
@@ -140,6 +158,8 @@ ALL_ERRORS: tuple[type[CoordinatorError], ...] = (
     RequestTimedOut,
     UnknownTopicOrPartition,
     IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
     UnknownMemberId,
     InvalidSessionTimeout,
     RebalanceInProgress,
@@ -148,6 +168,7 @@ ALL_ERRORS: tuple[type[CoordinatorError], ...] = (
     InvalidRequest,
     NonEmptyGroup,
     GroupIdNotFound,
+    MemberIdRequired,
     GroupMaxSizeReached,
     FencedInstanceId,
     FencedMemberEpoch,

@@ -215,7 +215,13 @@ class Membership:
             raise errors.UnsupportedAssignor(
                 f"ServerAssignor {request.server_assignor!r} is not supported."
             )
-        if request.member_epoch == messages.JOIN_EPOCH and request.owned_partitions:
+        # A classic member's JoinGroup reports what it still owns (its subscription's owned
+        # partitions): that is how it revokes.
+        if (
+            request.member_epoch == messages.JOIN_EPOCH
+            and request.owned_partitions
+            and request.classic is None
+        ):
             raise errors.InvalidRequest("TopicPartitions must be empty when (re-)joining.")
 
     def _resolve_joining(
@@ -234,7 +240,9 @@ class Membership:
         holder = existing.member_for_instance(request.instance_id)
         if holder is None or holder.member_id == request.member_id:
             return member, None
-        if holder.member_epoch != messages.STATIC_LEAVE_EPOCH:
+        # A classic static member that joins without a member id replaces the holder of its
+        # instance id at once (KIP-345): the old member id is fenced from then on.
+        if holder.member_epoch != messages.STATIC_LEAVE_EPOCH and request.classic is None:
             raise errors.UnreleasedInstanceId(
                 f"Static member {holder.member_id} with instance id {request.instance_id} "
                 "is still active."
@@ -311,6 +319,7 @@ class Membership:
                 request.rebalance_timeout_ms, old.rebalance_timeout_ms if old else -1
             ),
             server_assignor=_given(request.server_assignor, old.server_assignor if old else None),
+            classic_member_metadata=request.classic,
         )
 
     def _owned(
@@ -338,7 +347,8 @@ class Membership:
         now_ms: int,
     ) -> None:
         self._deadlines.arm(
-            timers.session_key(group_id, member_id), now_ms + settings.session_timeout_ms
+            timers.session_key(group_id, member_id),
+            now_ms + session_timeout_ms(subscription, settings),
         )
         rebalance_key = timers.rebalance_key(group_id, member_id)
         if current.state is MemberState.UNREVOKED_PARTITIONS:
@@ -778,6 +788,12 @@ def _paused_targets(existing: group.ConsumerGroup) -> tuple[schema.MemberTarget,
         for member_id, target in sorted(existing.target.items())
         if member_id in existing.members and target
     )
+
+
+def session_timeout_ms(subscription: Subscription, settings: schema.GroupConfigValue) -> int:
+    """A classic member's own session timeout (from its JoinGroup), else the group's."""
+    classic = subscription.classic_member_metadata
+    return classic.session_timeout_ms if classic is not None else settings.session_timeout_ms
 
 
 def rebalance_timeout_ms(subscription: Subscription, settings: schema.GroupConfigValue) -> int:

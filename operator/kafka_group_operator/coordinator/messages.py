@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafka_group_records import records as schema
+
 # topic name -> partitions
 Assignment = Mapping[str, frozenset[int]]
 TopicPartition = tuple[str, int]
@@ -37,6 +39,8 @@ class HeartbeatRequest:
     owned_partitions: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    # Set for a member speaking the classic protocol (JoinGroup); None for KIP-848 members.
+    classic: schema.ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +196,92 @@ class TopicInfo:
     num_partitions: int
     topic_id: str | None = None  # UUID string when the broker reports one
     partition_racks: tuple[tuple[str, ...], ...] = ()
+
+
+# ---------------------------------------------------------------------------------------
+# Classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) members of a consumer group
+
+CLASSIC_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoinRequest:
+    """A JoinGroup; the listener decodes the ``ConsumerProtocolSubscription`` of the first
+    protocol (every protocol of a consumer carries the same subscription, as Kafka assumes)."""
+
+    group_id: str
+    # "" asks the coordinator for an id.
+    member_id: str
+    instance_id: str | None
+    protocol_type: str
+    protocols: tuple[schema.ClassicProtocol, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    subscribed_topic_names: tuple[str, ...]
+    owned_partitions: Assignment = field(default_factory=dict)
+    rack_id: str | None = None
+    # JoinGroup v4+ (KIP-394): a dynamic member without an id gets MEMBER_ID_REQUIRED.
+    require_known_member_id: bool = False
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoinResponse:
+    member_id: str
+    # The member epoch: a classic generation is a member's own epoch in a consumer group.
+    generation_id: int
+    protocol_name: str
+    # The consumer's client-side assignor does not run: the coordinator assigns (Kafka sets
+    # the leader to the member itself and hands each member its own share in SyncGroup).
+    leader: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicSyncRequest:
+    group_id: str
+    member_id: str
+    generation_id: int
+    instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicSyncResponse:
+    protocol_type: str
+    protocol_name: str
+    assignment: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicHeartbeatRequest:
+    group_id: str
+    member_id: str
+    generation_id: int
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicHeartbeatResponse:
+    # The member must join again: to catch up with a new group epoch, to revoke partitions,
+    # or to collect partitions that were released to it.
+    rebalance_in_progress: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicLeavingMember:
+    member_id: str
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicLeaveRequest:
+    group_id: str
+    members: tuple[ClassicLeavingMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicLeaveResponse:
+    # Per leaving member, in request order: Kafka's error name, or None when it left.
+    errors: tuple[str | None, ...]

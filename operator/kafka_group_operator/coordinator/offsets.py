@@ -119,6 +119,12 @@ def commit_offsets(
     else:
         member = _validated_member(existing, request.group_id, request.member_id)
         if request.member_epoch != member.member_epoch:
+            if member.subscription().classic_member_metadata is not None:
+                # A classic member commits with its generation (Kafka's
+                # validateOffsetCommit for classic members): a stale one is illegal.
+                raise errors.IllegalGeneration(
+                    f"Generation {request.member_epoch} is not the current {member.member_epoch}."
+                )
             raise errors.StaleMemberEpoch(
                 f"Member epoch {request.member_epoch} is not the current {member.member_epoch}."
             )

@@ -6,7 +6,8 @@ caller. Loading at start-up is the same ``replay`` over the topic, followed by
 ``on_loaded``. Timers are the runtime's job too: it asks ``next_deadline_ms`` and calls
 ``on_timer``.
 
-This module routes: membership requests to ``membership``, offsets to ``offsets``, and each
+This module routes: membership requests to ``membership`` (classic-protocol ones to
+``classic``), offsets to ``offsets``, and each
 replayed record to the aggregate its key type names. Transition tables are enforced on live
 replay only (after ``on_loaded``); while loading, compacted records may arrive in an order
 that passes through meaningless intermediate states. Timers too are live-replay business:
@@ -23,6 +24,7 @@ from typing import Any
 from kafka_group_operator import assignors as assignor_registry
 from kafka_group_operator.assignors import api as assignor_api
 from kafka_group_operator.coordinator import (
+    classic,
     errors,
     group,
     group_state,
@@ -71,6 +73,7 @@ class CoordinatorShard:
             assignors if assignors is not None else assignor_registry.ASSIGNORS,
             self._deadlines,
         )
+        self._classic = classic.ClassicMembership(self._groups, self._membership, self._deadlines)
         self._loading = True
 
     # -----------------------------------------------------------------------------------
@@ -80,6 +83,26 @@ class CoordinatorShard:
         self, request: messages.HeartbeatRequest, now_ms: int
     ) -> result.Result[messages.HeartbeatResponse]:
         return self._membership.heartbeat(request, now_ms)
+
+    def classic_join(
+        self, request: messages.ClassicJoinRequest, now_ms: int
+    ) -> result.Result[messages.ClassicJoinResponse]:
+        return self._classic.join(request, now_ms)
+
+    def classic_sync(
+        self, request: messages.ClassicSyncRequest, now_ms: int
+    ) -> result.Result[messages.ClassicSyncResponse]:
+        return self._classic.sync(request, now_ms)
+
+    def classic_heartbeat(
+        self, request: messages.ClassicHeartbeatRequest, now_ms: int
+    ) -> result.Result[messages.ClassicHeartbeatResponse]:
+        return self._classic.heartbeat(request, now_ms)
+
+    def classic_leave(
+        self, request: messages.ClassicLeaveRequest, now_ms: int
+    ) -> result.Result[messages.ClassicLeaveResponse]:
+        return self._classic.leave(request, now_ms)
 
     def commit_offsets(
         self, request: messages.OffsetCommitRequest, now_ms: int
@@ -294,7 +317,7 @@ class CoordinatorShard:
             for member in existing.members.values():
                 self._deadlines.arm(
                     timers.session_key(existing.group_id, member.member_id),
-                    now_ms + settings.session_timeout_ms,
+                    now_ms + membership.session_timeout_ms(member.subscription(), settings),
                 )
                 if member.state is group_state.MemberState.UNREVOKED_PARTITIONS:
                     self._deadlines.arm(
