@@ -1,7 +1,16 @@
 """The listener's dispatch table: API key -> handler and the versions served.
 
 Adding an API is one ``Route`` line here. Version ranges follow what kio can read and
-what the handler implements; ApiVersions advertises exactly this table.
+what the handler implements; ApiVersions advertises exactly this table, and a request for a
+version outside it closes the connection (as Kafka's brokers do).
+
+A handler is ``async def handler(ctx: dispatch.RequestContext, request) -> response``:
+``request`` is kio's type for ``ctx.api_version``; build the response with
+``ctx.response(**fields)`` and nested entities with ``ctx.nested("ClassName", **fields)``
+(fields the version lacks are dropped). Call ``ctx.authorize(group_id)`` before touching a
+group, and turn a ``CoordinatorError`` into the response's error code
+(``dispatch.error_code(error)``); anything else a handler raises is logged and closes that
+connection only.
 """
 
 from __future__ import annotations
