@@ -84,16 +84,8 @@ def mutated_payloads(draw: st.DrawFn) -> bytes:
     return bytes(payload[: max(cut, len(payload) - draw(st.integers(0, 3)))])
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(payload=st.one_of(random_payloads, headed_payloads, mutated_payloads()))
-async def test_any_frame_is_answered_or_closes_only_its_connection(
-    open_listener: protocol_listener.Listener, payload: bytes
-) -> None:
-    connection = await Connection.open(open_listener.port)
+async def answered_or_closed(port: int, payload: bytes) -> None:
+    connection = await Connection.open(port)
     try:
         await connection.send_raw(framing.frame(payload))
         try:
@@ -107,4 +99,29 @@ async def test_any_frame_is_answered_or_closes_only_its_connection(
             assert body[:4] == payload[4:8]
     finally:
         await connection.close()
-    await assert_serving(open_listener.port)
+    await assert_serving(port)
+
+
+FUZZ_SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+FRAMES = st.one_of(random_payloads, headed_payloads, mutated_payloads())
+
+
+@FUZZ_SETTINGS
+@given(payload=FRAMES)
+async def test_any_frame_is_answered_or_closes_only_its_connection(
+    open_listener: protocol_listener.Listener, payload: bytes
+) -> None:
+    await answered_or_closed(open_listener.port, payload)
+
+
+@FUZZ_SETTINGS
+@given(payload=FRAMES)
+async def test_any_frame_before_authentication_is_answered_or_closes_only_its_connection(
+    secured_listener: protocol_listener.Listener, payload: bytes
+) -> None:
+    """With tokens, only ApiVersions and the SASL APIs are served before authentication."""
+    await answered_or_closed(secured_listener.port, payload)
