@@ -32,16 +32,23 @@ RESTARTS = 10
 
 
 class Watched:
-    """A member with every ownership change it went through, after it settled."""
+    """A member with every ownership change it went through, as its callbacks report them."""
 
     def __init__(self, config: MemberConfig) -> None:
         self.changes: list[tuple[str, frozenset[tuple[str, int]]]] = []
-        self.settled = threading.Event()
+        # What the callbacks say it owns: the consumer thread reports an assignment once
+        # it consumes it, a moment after the heartbeat thread received it.
+        self.owned: frozenset[tuple[str, int]] = frozenset()
+        self.lock = threading.Lock()
 
         def record(kind: str) -> Any:
             def callback(partitions: frozenset[tuple[str, int]]) -> None:
-                if self.settled.is_set():
+                with self.lock:
                     self.changes.append((kind, partitions))
+                    if kind == "assigned":
+                        self.owned |= partitions
+                    else:
+                        self.owned -= partitions
 
             return callback
 
@@ -84,11 +91,12 @@ async def test_operator_restarts_never_hurt_a_running_consumer(
     current = operator
     try:
         await operator.wait_for(
-            lambda: all(len(m.assignment) == 2 for m in members), within=60, interval=0.1
+            lambda: all(len(m.owned) == 2 and m.owned == m.assignment for m in members),
+            within=60,
+            interval=0.1,
         )
         before = [m.assignment for m in members]
-        for member in members:
-            member.settled.set()
+        settled = [len(m.changes) for m in members]
 
         for _ in range(RESTARTS):
             await current.__aexit__(None, None, None)
@@ -110,7 +118,7 @@ async def test_operator_restarts_never_hurt_a_running_consumer(
         await current.__aexit__(None, None, None)  # a no-op unless a restart failed midway
 
     assert [m.running.failure for m in members] == [None, None]
-    assert [m.changes for m in members] == [[], []]
+    assert [m.changes[n:] for m, n in zip(members, settled, strict=True)] == [[], []]
     assert after == before
     by_instance = {m.instance_id: m.assignment for m in description.members}
     assert {
