@@ -69,6 +69,9 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # (librdkafka's default is 100 MB); this bounds what a broken upstream can make us buffer.
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
+# Stream buffers: a Fetch reply of several MB is read without pausing the socket each MB.
+STREAM_LIMIT = 8 * 1024 * 1024
+
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _CORRELATION = struct.Struct(">i")
 
@@ -249,7 +252,7 @@ async def connect(
                 port,
                 ssl=security.tls,
                 server_hostname=host if security.tls else None,
-                limit=1024 * 1024,
+                limit=STREAM_LIMIT,
             ),
             timeout_s,
         )
@@ -325,7 +328,7 @@ class Gateway:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve_coordinator_port, self.config.host, self.config.port, limit=1024 * 1024
+            self._serve_coordinator_port, self.config.host, self.config.port, limit=STREAM_LIMIT
         )
 
     async def stop(self) -> None:
@@ -373,21 +376,28 @@ class Gateway:
         pending: dict[int, _Pending] = {}
 
         async def requests() -> None:
-            while (
-                payload := await framing.read_frame(reader, self.config.max_request_bytes)
-            ) is not None:
-                self._note(payload, pending)
-                _write_frame(up_writer, payload)
+            while (start := await _frame_start(reader, self.config.max_request_bytes)) is not None:
+                size, head = start
+                header = framing.peek_request_header(head[4:])
+                if header.api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+                    payload = head[4:] + await _rest(reader, size - len(head) + 4)
+                    pending[header.correlation_id] = self._entry(header, payload)
+                    _write_frame(up_writer, payload)
+                else:
+                    await _cut_through(reader, up_writer, head, size)
                 await up_writer.drain()
 
         async def replies() -> None:
-            while (
-                payload := await framing.read_frame(up_reader, self.config.max_response_bytes)
-            ) is not None:
-                entry = pending.pop(_correlation(payload), None)
-                if entry is not None:
+            limit = self.config.max_response_bytes
+            while (start := await _frame_start(up_reader, limit, _CORRELATION.size)) is not None:
+                size, head = start
+                entry = pending.pop(_correlation(head[4:]), None)
+                if entry is None:
+                    await _cut_through(up_reader, writer, head, size)
+                else:
+                    payload = head[4:] + await _rest(up_reader, size - len(head) + 4)
                     payload = await self._rewrite(payload, entry, coordinator_port=False)
-                _write_frame(writer, payload)
+                    _write_frame(writer, payload)
                 await writer.drain()
 
         try:
@@ -501,11 +511,6 @@ class Gateway:
             key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
         return header.api_key, header.api_version, key_type
 
-    def _note(self, payload: bytes, pending: dict[int, _Pending]) -> None:
-        header = framing.peek_request_header(payload)
-        if header.api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
-            pending[header.correlation_id] = self._entry(header, payload)
-
     async def _rewrite(self, payload: bytes, entry: _Pending, *, coordinator_port: bool) -> bytes:
         api_key, version, key_type = entry
         schema = framing.response_type(api_key, version)
@@ -541,7 +546,7 @@ class Gateway:
                     lambda r, w: self._serve_broker_port(node_id, r, w),
                     self.config.host,
                     0,
-                    limit=1024 * 1024,
+                    limit=STREAM_LIMIT,
                 )
                 broker = self._brokers[node_id] = _Broker(node_id, address, server)
                 logger.info("broker %s (%s:%s) on port %s", node_id, *address, broker.port)
@@ -611,6 +616,52 @@ class Gateway:
 def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(body)}
     return dataclasses.replace(body, **{k: v for k, v in fields.items() if k in names})
+
+
+# The request header's fixed part: api key, api version, correlation id.
+_REQUEST_HEAD = 8
+# Pass-through frames are forwarded in pieces of at most this, as they arrive.
+_CHUNK = 1024 * 1024
+
+
+async def _frame_start(
+    reader: asyncio.StreamReader, max_bytes: int, head: int = _REQUEST_HEAD
+) -> tuple[int, bytes] | None:
+    """The size of the next frame and its first bytes (size prefix and ``head`` more);
+    ``None`` when the peer closed between frames."""
+    try:
+        prefix = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as error:
+        if not error.partial:
+            return None
+        raise framing.FrameError("connection closed inside a frame's size") from None
+    size = int.from_bytes(prefix, "big", signed=True)
+    if size < head or size > max_bytes:
+        raise framing.FrameTooLarge(f"frame of {size} bytes (from {head} to {max_bytes})")
+    return size, prefix + await _rest(reader, head)
+
+
+async def _rest(reader: asyncio.StreamReader, size: int) -> bytes:
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise framing.FrameError("connection closed inside a frame") from None
+
+
+async def _cut_through(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, size: int
+) -> None:
+    """Forward a frame whose first bytes are ``head`` as its bytes arrive (a Fetch reply of
+    several MB reaches the client while the broker is still sending it)."""
+    writer.write(head)
+    remaining = size + 4 - len(head)
+    while remaining:
+        chunk = await reader.read(min(remaining, _CHUNK))
+        if not chunk:
+            raise framing.FrameError("connection closed inside a frame")
+        writer.write(chunk)
+        remaining -= len(chunk)
+        await writer.drain()
 
 
 def _correlation(payload: bytes) -> int:
