@@ -96,7 +96,6 @@ def test_join_then_sync_hands_out_the_assignment() -> None:
 
     assert joined.generation_id == 1
     assert joined.protocol_name == "range"
-    assert joined.leader == joined.member_id
     member_id = joined.member_id
     classic = schema.ClassicMemberMetadata(10_000, RANGE)
     # The same records as a KIP-848 join; the subscription carries the classic metadata.

@@ -112,7 +112,6 @@ class ClassicMembership:
             member_id=member_id,
             generation_id=joined.response.member_epoch,
             protocol_name=request.protocols[0].name,
-            leader=member_id,
         )
         return result.Result(response, joined.records)
 

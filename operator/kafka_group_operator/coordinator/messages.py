@@ -232,9 +232,6 @@ class ClassicJoinResponse:
     # The member epoch: a classic generation is a member's own epoch in a consumer group.
     generation_id: int
     protocol_name: str
-    # The consumer's client-side assignor does not run: the coordinator assigns (Kafka sets
-    # the leader to the member itself and hands each member its own share in SyncGroup).
-    leader: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,22 @@ class Coordinator(Protocol):
         self, request: messages.OffsetCommitRequest
     ) -> messages.OffsetCommitResponse: ...
 
+    async def classic_join(
+        self, request: messages.ClassicJoinRequest
+    ) -> messages.ClassicJoinResponse: ...
+
+    async def classic_sync(
+        self, request: messages.ClassicSyncRequest
+    ) -> messages.ClassicSyncResponse: ...
+
+    async def classic_heartbeat(
+        self, request: messages.ClassicHeartbeatRequest
+    ) -> messages.ClassicHeartbeatResponse: ...
+
+    async def classic_leave(
+        self, request: messages.ClassicLeaveRequest
+    ) -> messages.ClassicLeaveResponse: ...
+
     async def fetch_offsets(
         self, request: messages.OffsetFetchRequest
     ) -> messages.OffsetFetchResponse: ...

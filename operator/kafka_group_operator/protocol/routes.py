@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_group_operator.protocol import cluster, groups, kip848, offsets, sasl
+from kafka_group_operator.protocol import classic, cluster, groups, kip848, offsets, sasl
 from kafka_group_operator.protocol.dispatch import Route
 
 ROUTES: Mapping[int, Route] = {
@@ -30,6 +30,10 @@ ROUTES: Mapping[int, Route] = {
         Route(10, 0, 6, cluster.find_coordinator),  # FindCoordinator
         Route(68, 0, 1, kip848.consumer_group_heartbeat),  # ConsumerGroupHeartbeat
         Route(69, 0, 1, kip848.consumer_group_describe),  # ConsumerGroupDescribe
+        Route(11, 0, 9, classic.join_group),  # JoinGroup
+        Route(14, 0, 5, classic.sync_group),  # SyncGroup
+        Route(12, 0, 4, classic.heartbeat),  # Heartbeat
+        Route(13, 0, 5, classic.leave_group),  # LeaveGroup
         Route(8, 2, 10, offsets.offset_commit),  # OffsetCommit
         Route(9, 1, 10, offsets.offset_fetch),  # OffsetFetch
         Route(16, 0, 5, groups.list_groups),  # ListGroups

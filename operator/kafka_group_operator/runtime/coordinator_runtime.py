@@ -287,6 +287,41 @@ class CoordinatorRuntime:
         )
         return response
 
+    # Classic-protocol members. SyncGroup and Heartbeat write nothing, but go through the
+    # partition's queue like every request: answered only while the partition is served.
+
+    async def classic_join(
+        self, request: messages.ClassicJoinRequest
+    ) -> messages.ClassicJoinResponse:
+        response: messages.ClassicJoinResponse = await self._write(
+            request.group_id, lambda s, now: s.classic_join(request, now)
+        )
+        return response
+
+    async def classic_sync(
+        self, request: messages.ClassicSyncRequest
+    ) -> messages.ClassicSyncResponse:
+        response: messages.ClassicSyncResponse = await self._write(
+            request.group_id, lambda s, now: s.classic_sync(request, now)
+        )
+        return response
+
+    async def classic_heartbeat(
+        self, request: messages.ClassicHeartbeatRequest
+    ) -> messages.ClassicHeartbeatResponse:
+        response: messages.ClassicHeartbeatResponse = await self._write(
+            request.group_id, lambda s, now: s.classic_heartbeat(request, now)
+        )
+        return response
+
+    async def classic_leave(
+        self, request: messages.ClassicLeaveRequest
+    ) -> messages.ClassicLeaveResponse:
+        response: messages.ClassicLeaveResponse = await self._write(
+            request.group_id, lambda s, now: s.classic_leave(request, now)
+        )
+        return response
+
     async def commit_offsets(
         self, request: messages.OffsetCommitRequest
     ) -> messages.OffsetCommitResponse:
