@@ -9,7 +9,15 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("assignors", "coordinator", "state_topic", "rebalance", "jobs", "protocol")
+BENCHMARKS = (
+    "assignors",
+    "coordinator",
+    "state_topic",
+    "rebalance",
+    "jobs",
+    "protocol",
+    "gateway",
+)
 
 
 def main(argv: list[str]) -> int:
