@@ -1,23 +1,28 @@
 """Unmodified classic-protocol clients through the gateway, against the embedded broker and
 the coordinator listener: kafka-python (classic), confluent-kafka classic with ``range``
 (eager) and with ``cooperative-sticky``. Each joins, consumes every record from where the
-group committed, and commits to the coordinator."""
+group committed, and commits to the coordinator. A mixed group: a member of our library
+(HTTP member API) and a classic consumer split one group's partitions."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiohttp import test_utils
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer
 
+from kafka_group_operator.api import app
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.member import GroupMember, MemberConfig
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
@@ -27,6 +32,8 @@ from tests.support import topics
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
 
 PARTITIONS, PER_PARTITION = 3, 5
+# How long a condition of the mixed-group test may take on a loaded machine.
+WAIT_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +179,124 @@ async def test_classic_client_joins_consumes_from_committed_and_commits(
     )
     described = await runtime.describe_group(group)
     assert described.members == ()
+
+
+class ClassicThread:
+    """A confluent-kafka classic (cooperative-sticky) consumer polling in a thread."""
+
+    def __init__(self, port: int, group: str, topic: str) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "group.id": group,
+                "group.protocol": "classic",
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 300,
+                "auto.offset.reset": "earliest",
+                "auto.commit.interval.ms": 200,
+                "log_level": 0,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.records: list[tuple[int, int]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                message = self.consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    self.records.append((message.partition() or 0, message.offset() or 0))
+        finally:
+            self.consumer.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+
+
+async def test_mixed_group_library_member_and_classic_member(
+    broker: embedded.EmbeddedBroker,
+    open_gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """A member of our library (HTTP member API) and a classic consumer (through the gateway)
+    share one group: the partitions are split between them and each consumes its own."""
+    topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=PER_PARTITION)
+    await topic_id(runtime, topic)
+    group = f"mixed-{uuid.uuid4().hex[:6]}"
+    server = test_utils.TestServer(app.build_app(runtime, None))
+    await server.start_server()
+    library_records: list[tuple[int, int]] = []
+    member = GroupMember(
+        MemberConfig(
+            group_id=group,
+            coordinator_url=f"http://127.0.0.1:{server.port}",
+            topics=(topic,),
+            bootstrap_servers=broker.bootstrap,
+            commit_interval_ms=200,
+            lost_after_ms=5_000,
+        )
+    )
+    library = threading.Thread(
+        target=member.run,
+        args=(lambda m: library_records.append((m.partition() or 0, m.offset() or 0)),),
+        daemon=True,
+    )
+    library.start()
+    classic: ClassicThread | None = None
+    try:
+        await wait_for(lambda: len(library_records) >= PARTITIONS * PER_PARTITION)
+        classic = ClassicThread(open_gateway.port, group, topic)
+
+        async def split() -> bool:
+            described = await runtime.describe_group(group)
+            return (
+                described.state == "Stable"
+                and len(described.members) == 2
+                and all(m.assignment.get(topic) for m in described.members)
+            )
+
+        await wait_for_async(split)
+        described = await runtime.describe_group(group)
+        shares = {m.member_id: set(m.assignment[topic]) for m in described.members}
+        assert set().union(*shares.values()) == set(range(PARTITIONS))
+        assert sum(len(share) for share in shares.values()) == PARTITIONS
+        classic_share = next(s for m, s in shares.items() if m != member.member_id)
+        await wait_for(lambda: member.assignment and len(member.assignment) < PARTITIONS)
+
+        # New records: each member consumes those of its own partitions.
+        await asyncio.to_thread(
+            topics.produce, broker.bootstrap, topic, range(PARTITIONS), 3, PER_PARTITION
+        )
+        fresh = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION, PER_PARTITION + 3)}
+        await wait_for(
+            lambda: fresh <= set(library_records) | set(classic.records if classic else ())
+        )
+        assert {p for p, o in classic.records if o >= PER_PARTITION} == classic_share
+        assert {p for p, o in library_records if o >= PER_PARTITION} == (
+            set(range(PARTITIONS)) - classic_share
+        )
+    finally:
+        if classic is not None:
+            await asyncio.to_thread(classic.stop)
+        member.stop(permanent=True)
+        await asyncio.to_thread(library.join, 30)
+        await server.close()
+
+
+async def wait_for(condition: Callable[[], object]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)
+
+
+async def wait_for_async(condition: Callable[[], Awaitable[bool]]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not await condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.1)
