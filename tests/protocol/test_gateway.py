@@ -17,6 +17,8 @@ from confluent_kafka import Consumer
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
@@ -229,6 +231,49 @@ async def test_replies_point_at_the_gateway(
         assert merged[1] == broker_keys[1]  # Fetch
         assert set(merged) - protocol_gateway.GROUP_APIS == set(broker_keys) - (
             protocol_gateway.GROUP_APIS
+        )
+    finally:
+        await direct.close()
+        await through.close()
+
+
+async def test_describe_cluster_and_other_coordinators_point_at_the_gateway(
+    gateway: protocol_gateway.Gateway, broker: embedded.EmbeddedBroker
+) -> None:
+    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    direct = await Connection.open(port, host)
+    through = await Connection.open(gateway.port)
+    try:
+        describe = DescribeClusterRequest(
+            include_cluster_authorized_operations=False, endpoint_type=i8(1)
+        )
+        upstream, local = await direct.call(describe), await through.call(describe)
+        ports = gateway.broker_ports()
+        assert [(b.broker_id, b.host, b.port) for b in local.brokers] == [
+            (b.broker_id, "127.0.0.1", ports[b.broker_id]) for b in upstream.brokers
+        ]
+        assert local.cluster_id == upstream.cluster_id
+        # A transaction coordinator is a broker's business: its local port, from the
+        # coordinator port too (routed to a broker, not to the group coordinator).
+        transaction = FindCoordinatorRequest(key_type=i8(1), coordinator_keys=("tx-1",))
+        (expected,) = (await direct.call(transaction)).coordinators
+        (coordinator,) = (await through.call(transaction)).coordinators
+        assert (coordinator.node_id, coordinator.host, coordinator.port) == (
+            expected.node_id,
+            "127.0.0.1",
+            ports[expected.node_id],
+        )
+        # FindCoordinator before batching (v3: one key) on a broker port.
+        on_broker_port = await Connection.open(ports[expected.node_id])
+        try:
+            single = await on_broker_port.call(FindCoordinatorV3(key=GROUP, key_type=i8(0)))
+        finally:
+            await on_broker_port.close()
+        assert (single.error_code, single.node_id, single.host, single.port) == (
+            0,
+            1_000_000,
+            "127.0.0.1",
+            gateway.port,
         )
     finally:
         await direct.close()
