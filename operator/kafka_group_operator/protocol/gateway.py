@@ -69,6 +69,8 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # (librdkafka's default is 100 MB); this bounds what a broken upstream can make us buffer.
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
+# Requests of one client connection on the coordinator port awaiting their replies.
+MAX_IN_FLIGHT = 64
 # Stream buffers: a Fetch reply of several MB is read without pausing the socket each MB.
 STREAM_LIMIT = 8 * 1024 * 1024
 
@@ -414,7 +416,8 @@ class Gateway:
         """Two upstreams (the listener for ``GROUP_APIS``, a broker for the rest), each
         opened on first use; replies go back in request order, as Kafka clients expect."""
         lanes: dict[str, _Lane] = {}
-        order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue()
+        # Bounded: a client that sends without reading stops being read (as a broker mutes it).
+        order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue(MAX_IN_FLIGHT)
 
         async def lane(kind: str) -> _Lane:
             if kind not in lanes:
@@ -441,7 +444,7 @@ class Gateway:
                     header.api_key != FIND_COORDINATOR or entry[2] == GROUP_KEY_TYPE
                 )
                 target = await lane("listener" if to_listener else "broker")
-                order.put_nowait((target.send(payload, header.correlation_id), entry))
+                await order.put((target.send(payload, header.correlation_id), entry))
                 await target.writer.drain()
 
         async def replies() -> None:
