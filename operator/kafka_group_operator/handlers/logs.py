@@ -47,11 +47,19 @@ class QuietExpected(logging.Filter):
 
 
 def install_filter() -> None:
-    """Put ``QuietExpected`` on kopf's per-object logger, once per process."""
+    """Put ``QuietExpected`` on kopf's per-object logger, once per process.
+
+    It may first run before every handler module is imported (``configure`` runs before the
+    operator loads its handlers), so a later call refreshes the ids of the event handlers.
+    """
     target = logging.getLogger(OBJECT_LOGGER)
-    if not any(isinstance(found, QuietExpected) for found in target.filters):
-        watching = kopf.get_default_registry()._watching.get_all_handlers()
-        target.addFilter(QuietExpected(frozenset(str(handler.id) for handler in watching)))
+    watching = kopf.get_default_registry()._watching.get_all_handlers()
+    event_handlers = frozenset(str(handler.id) for handler in watching)
+    for found in target.filters:
+        if isinstance(found, QuietExpected):
+            found.event_handlers = event_handlers
+            return
+    target.addFilter(QuietExpected(event_handlers))
 
 
 def configure(level: str) -> None:
