@@ -6,6 +6,7 @@ reads metadata and fetches; rewritten replies point at the gateway's own ports."
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -27,9 +28,9 @@ from kio.static.primitive import i8
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.protocol import framing, routes
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
-from kafka_group_operator.protocol import routes
 from kafka_group_operator.runtime import coordinator_runtime
 from tests.protocol.test_kip848 import topic_id
 from tests.protocol.wire import Connection
@@ -278,3 +279,70 @@ async def test_describe_cluster_and_other_coordinators_point_at_the_gateway(
     finally:
         await direct.close()
         await through.close()
+
+
+async def test_rewritten_apis_are_capped_at_what_kio_reads_on_every_port(
+    gateway: protocol_gateway.Gateway, broker: embedded.EmbeddedBroker
+) -> None:
+    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    direct = await Connection.open(port, host)
+    try:
+        upstream = {int(k.api_key): k for k in (await direct.call(versions)).api_keys}
+    finally:
+        await direct.close()
+    opener = await Connection.open(gateway.port)
+    try:
+        everything = MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        assert (await opener.call(everything)).brokers  # opens the broker ports
+    finally:
+        await opener.close()
+    for local_port in [gateway.port, *gateway.broker_ports().values()]:
+        through = await Connection.open(local_port)
+        try:
+            seen = {int(k.api_key): k for k in (await through.call(versions)).api_keys}
+        finally:
+            await through.close()
+        for api_key in (3, 10, 60):  # Metadata, FindCoordinator, DescribeCluster
+            kio_max = max(v for v in range(40) if framing.request_type(api_key, v) is not None)
+            if api_key in upstream and not (api_key == 10 and local_port == gateway.port):
+                assert seen[api_key].max_version == min(upstream[api_key].max_version, kio_max)
+                assert seen[api_key].min_version == upstream[api_key].min_version
+        # Everything else passes as the broker said (the group APIs aside, on the coordinator
+        # port).
+        for api_key, key in upstream.items():
+            if api_key not in (3, 10, 60) and api_key not in protocol_gateway.GROUP_APIS:
+                assert (seen[api_key].min_version, seen[api_key].max_version) == (
+                    key.min_version,
+                    key.max_version,
+                )
+
+
+async def test_a_broker_newer_than_kio_is_capped() -> None:
+    # A broker of a later Kafka than kio's schemas advertises Metadata versions the gateway
+    # could not rewrite: clients must not pick them.
+    from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i16
+
+    newer = ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(
+            ApiVersion(api_key=i16(1), min_version=i16(4), max_version=i16(99)),  # Fetch
+            ApiVersion(api_key=i16(3), min_version=i16(0), max_version=i16(99)),  # Metadata
+        ),
+        throttle_time=datetime.timedelta(0),  # type: ignore[arg-type]
+        supported_features=(),
+        finalized_features_epoch=-1,  # type: ignore[arg-type]
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+    unused = protocol_gateway.GatewayConfig(bootstrap_servers=(("k", 1),), coordinator=("c", 1))
+    capped = protocol_gateway.Gateway(unused)._merge_versions(newer, coordinator_port=False)
+    metadata_max = max(v for v in range(200) if framing.request_type(3, v) is not None)
+    assert [(k.api_key, k.min_version, k.max_version) for k in capped.api_keys] == [
+        (1, 4, 99),  # passed through: never decoded
+        (3, 0, metadata_max),
+    ]

@@ -16,9 +16,9 @@ Requests are forwarded byte for byte; the gateway reads no further than the requ
 and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
 ``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports),
 ``FindCoordinator`` (a group's coordinator -> the coordinator port, a transaction
-coordinator -> its broker port) and, on the coordinator port, ``ApiVersions`` (the group
-APIs' versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
-replies are read and written with kio's types.
+coordinator -> its broker port) and ``ApiVersions`` (those three capped at the versions kio
+reads; on the coordinator port, the group APIs' versions are the listener's). Produce and
+Fetch payloads are never decoded. Rewritten replies are read and written with kio's types.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
 properties (``upstream_security``); the client talks plaintext to loopback. A connection
@@ -381,7 +381,7 @@ class Gateway:
             while (start := await _frame_start(reader, self.config.max_request_bytes)) is not None:
                 size, head = start
                 header = framing.peek_request_header(head[4:])
-                if header.api_key in (METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+                if header.api_key in (API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
                     payload = head[4:] + await _rest(reader, size - len(head) + 4)
                     pending[header.correlation_id] = self._entry(header, payload)
                     _write_frame(up_writer, payload)
@@ -516,8 +516,8 @@ class Gateway:
 
     async def _rewrite(self, payload: bytes, entry: _Pending, *, coordinator_port: bool) -> bytes:
         api_key, version, key_type = entry
-        schema = framing.response_type(api_key, version)
         try:
+            schema = framing.response_type(api_key, version)
             correlation_id, body = framing.read_response(payload, schema)
         except Exception as error:  # kio raises assorted errors on malformed input
             if api_key == API_VERSIONS:
@@ -525,7 +525,7 @@ class Gateway:
                 return payload
             raise framing.FrameError(f"unreadable reply of API key {api_key}: {error}") from None
         if api_key == API_VERSIONS:
-            body = self._merge_versions(body)
+            body = self._merge_versions(body, coordinator_port)
         elif api_key == METADATA:
             brokers = [await self._local(b, b.node_id) for b in body.brokers]
             body = dataclasses.replace(body, brokers=tuple(brokers))
@@ -599,21 +599,48 @@ class Gateway:
             )
         return dataclasses.replace(body, coordinators=tuple(coordinators))
 
-    def _merge_versions(self, body: Any) -> Any:
-        """The brokers' ApiVersions with the group APIs' ranges the listener's (a group API
-        the listener does not serve is not advertised on the coordinator port)."""
-        if body.error_code != ErrorCode.none or not self._listener_versions:
+    def _merge_versions(self, body: Any, coordinator_port: bool) -> Any:
+        """The brokers' ApiVersions, the replies the gateway rewrites capped at the versions
+        kio reads (a client never sends one the gateway could not rewrite); on the
+        coordinator port, the group APIs' ranges are the listener's (a group API the
+        listener does not serve is not advertised there)."""
+        if body.error_code != ErrorCode.none or not body.api_keys:
             return body
-        version_type = type(body.api_keys[0]) if body.api_keys else None
-        keys = [key for key in body.api_keys if int(key.api_key) not in GROUP_APIS]
-        if version_type is not None:
+        version_type = type(body.api_keys[0])
+        keys = []
+        for key in body.api_keys:
+            api_key, low, high = int(key.api_key), int(key.min_version), int(key.max_version)
+            if coordinator_port and api_key in GROUP_APIS and self._listener_versions:
+                continue
+            if api_key in _REWRITTEN_MAX:
+                high = min(high, _REWRITTEN_MAX[api_key])
+                if high < low:
+                    continue
+                key = dataclasses.replace(key, max_version=i16(high))
+            keys.append(key)
+        if coordinator_port:
             for api_key in sorted(GROUP_APIS & self._listener_versions.keys()):
                 low, high = self._listener_versions[api_key]
+                if api_key in _REWRITTEN_MAX:
+                    high = min(high, _REWRITTEN_MAX[api_key])
                 keys.append(
                     version_type(api_key=i16(api_key), min_version=i16(low), max_version=i16(high))
                 )
         keys.sort(key=lambda key: int(key.api_key))
         return dataclasses.replace(body, api_keys=tuple(keys))
+
+
+def _kio_max_version(api_key: int) -> int:
+    version = 0
+    while framing.request_type(api_key, version + 1) is not None:
+        version += 1
+    return version
+
+
+# The highest version of each rewritten reply that kio reads.
+_REWRITTEN_MAX = {
+    api_key: _kio_max_version(api_key) for api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER)
+}
 
 
 def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
