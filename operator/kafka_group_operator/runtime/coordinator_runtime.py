@@ -36,6 +36,10 @@ the cluster's topics is polled and fed to every shard through ``update_topics``.
 offsets for group lag are refreshed in the background too, so a describe never waits for the
 brokers: lag is computed from the cached log ends, whose age is reported with it.
 
+A runtime may serve only a set of the topic's partitions (``RuntimeConfig.served_partitions``),
+so that several coordinators split one state topic: it loads and writes only those, with the
+same per-partition fencing, and answers ``NOT_COORDINATOR`` for the groups of any other.
+
 ``unhealthy_partitions`` names partitions that cannot serve until the process restarts: a
 task that died, or a load that failed for good. A fenced partition is not among them: a
 restart would only fence the other coordinator back.
@@ -109,6 +113,20 @@ class RuntimeConfig:
     # A partition that answered requests without a committed write for this long checks
     # that no other coordinator has fenced its writer (see the module's docstring).
     fence_check_interval_ms: int = 1_000
+    # The state partitions this runtime serves (None: every one). Groups of the others are
+    # answered NOT_COORDINATOR: another coordinator serves them.
+    served_partitions: frozenset[int] | None = None
+
+    def served(self) -> list[int]:
+        """The state partitions served, in order; ValueError for one outside the topic."""
+        if self.served_partitions is None:
+            return list(range(self.partitions))
+        outside = sorted(p for p in self.served_partitions if not 0 <= p < self.partitions)
+        if outside:
+            raise ValueError(
+                f"state partitions {outside} are outside the topic's 0-{self.partitions - 1}"
+            )
+        return sorted(self.served_partitions)
 
 
 class PartitionState(enum.Enum):
@@ -118,6 +136,8 @@ class PartitionState(enum.Enum):
     # Another coordinator's writer fenced this one's: the partition is theirs.
     FENCED = "fenced"
     STOPPED = "stopped"
+    # Outside this runtime's partition set: another coordinator serves it.
+    NOT_SERVED = "not-served"
 
 
 @dataclass(eq=False)
@@ -167,6 +187,7 @@ class CoordinatorRuntime:
             "bootstrap.servers": config.bootstrap_servers,
             **config.kafka_config,
         }
+        self._served = config.served()
         self._admin: AdminClient | None = None
         self._writer = writer.StateWriter(
             config.bootstrap_servers,
@@ -212,8 +233,16 @@ class CoordinatorRuntime:
         with contextlib.suppress(KafkaException, runtime_errors.StateTopicError):
             await self._refresh_topics()
         self._all_loaded = asyncio.Event()
-        self._partitions = [_Partition(index) for index in range(self.config.partitions)]
+        served = set(self._served)
+        self._partitions = [
+            _Partition(
+                index, PartitionState.LOADING if index in served else PartitionState.NOT_SERVED
+            )
+            for index in range(self.config.partitions)
+        ]
         for partition in self._partitions:
+            if partition.state is PartitionState.NOT_SERVED:
+                continue
             partition.tasks = [
                 asyncio.create_task(self._serve(partition), name=f"state-{partition.index}"),
                 asyncio.create_task(self._tick(partition), name=f"timer-{partition.index}"),
@@ -223,7 +252,10 @@ class CoordinatorRuntime:
             ]
             for task in partition.tasks:
                 task.add_done_callback(_report_death)
-        self._spawn(self._load(list(range(self.config.partitions))))
+        if self._served:
+            self._spawn(self._load(list(self._served)))
+        else:
+            self._all_loaded_check()  # nothing to load
         self._spawn(self._poll_metadata())
         self._spawn(self._refresh_log_ends())
         if self.config.wait_until_loaded:
@@ -247,6 +279,11 @@ class CoordinatorRuntime:
         # confluent-kafka clients have no close(): dropping the last reference destroys the
         # client, which otherwise keeps reconnecting to a broker that may be gone.
         self._admin = None
+
+    @property
+    def served_partitions(self) -> list[int]:
+        """The state partitions this runtime serves (when not fenced), in order."""
+        return list(self._served)
 
     def partition_state(self, group_id: str) -> PartitionState:
         return self._partitions[self.partition_of(group_id)].state
@@ -425,6 +462,8 @@ class CoordinatorRuntime:
             raise errors.CoordinatorNotAvailable("the coordinator is not running")
         if partition.state is PartitionState.FENCED:
             raise _not_coordinator(partition.index)
+        if partition.state is PartitionState.NOT_SERVED:
+            raise _not_served(partition.index)
         if partition.state is PartitionState.LOADING:
             raise errors.CoordinatorLoadInProgress(
                 f"state partition {partition.index} of group {group_id!r} is loading"
@@ -826,6 +865,12 @@ def _update_topics(
 def _not_coordinator(index: int) -> errors.NotCoordinator:
     return errors.NotCoordinator(
         f"state partition {index} is served by another coordinator (this one's writer was fenced)"
+    )
+
+
+def _not_served(index: int) -> errors.NotCoordinator:
+    return errors.NotCoordinator(
+        f"state partition {index} is not in this coordinator's partition set"
     )
 
 
