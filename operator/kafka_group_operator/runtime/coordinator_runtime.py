@@ -68,7 +68,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from kafka_group_operator.assignors import api as assignors_api
 from kafka_group_operator.coordinator import errors, messages, result, shard
 from kafka_group_operator.runtime import errors as runtime_errors
-from kafka_group_operator.runtime import loader, topic, writer
+from kafka_group_operator.runtime import loader, mirror, topic, writer
 from kafka_group_records import codec, partitioning, records
 
 logger = logging.getLogger(__name__)
@@ -218,6 +218,8 @@ class CoordinatorRuntime:
         # (topic, partition) -> time.monotonic() a describe last asked for it
         self._log_ends_wanted: dict[tuple[str, int], float] = {}
         self._log_ends_asked = asyncio.Event()
+        # Groups' offsets mirrored into the brokers' own groups (the operator configures it).
+        self.mirror = mirror.OffsetMirror(self.committed_offsets)
 
     # -----------------------------------------------------------------------------------
     # Lifecycle
@@ -270,6 +272,7 @@ class CoordinatorRuntime:
         for partition in self._partitions:
             partition.state = PartitionState.STOPPED
             self._fail_pending(partition, errors.CoordinatorNotAvailable("coordinator stopped"))
+        await self.mirror.stop()
         tasks = [*self._tasks, *(t for p in self._partitions for t in p.tasks)]
         for task in tasks:
             task.cancel()
@@ -400,6 +403,20 @@ class CoordinatorRuntime:
         self, request: messages.OffsetFetchRequest
     ) -> messages.OffsetFetchResponse:
         return self._active_shard(request.group_id).fetch_offsets(request)
+
+    def committed_offsets(
+        self, group_id: str
+    ) -> Mapping[messages.TopicPartition, messages.CommittedOffset]:
+        """The group's committed offsets if its partition is served here, else the coordinator
+        error saying why. Unlike a fetch, it does not count as a request served (no fence
+        check follows): the mirror reads it every interval, and changed offsets can only
+        come from writes, which find a fence by themselves."""
+        partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
+        if partition is None or partition.state is not PartitionState.ACTIVE:
+            self._active_shard_index(group_id)  # raises the error that says why
+        assert partition is not None
+        assert partition.shard is not None
+        return partition.shard.fetch_offsets(messages.OffsetFetchRequest(group_id)).offsets
 
     async def describe_group(self, group_id: str) -> messages.GroupDescription:
         return self._active_shard(group_id).describe_group(group_id)

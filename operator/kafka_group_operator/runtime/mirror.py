@@ -1,0 +1,311 @@
+"""Mirrors each group's committed offsets into the brokers' own group of the same id.
+
+Tools that read offsets from the brokers (``kafka-consumer-groups.sh``, Burrow, lag
+exporters, KEDA) see nothing of a group whose members commit to this coordinator; the
+mirror makes them see it, and lets a group move back to plain Kafka consumers with its
+place kept (stop its ConsumerGroup with ``deletionPolicy: Retain``, see ``flush``).
+
+How, and why so:
+
+* One task per mirrored group compares the group's committed offsets in memory with what it
+  last mirrored, every ``interval_seconds``, and commits only what changed, in one
+  member-less OffsetCommit. So the hot path pays nothing: commits are neither delayed nor
+  observed, and at most one OffsetCommit per group per interval reaches the brokers.
+* The commit is sent by a consumer of the group that never subscribes (member id ``""``,
+  generation -1), not by the admin client's ``alter_consumer_group_offsets``: librdkafka
+  aborts the whole process when a connection drops under one of the admin client's
+  coordinator requests (confluentinc/librdkafka#4605), and brokers do drop.
+* The brokers accept a member-less commit only while their own group has no members. A
+  refusal (``UNKNOWN_MEMBER_ID`` while native consumers are still active) or an outage never
+  touches a commit of ours: the attempt is retried with backoff and the group's
+  ``MirrorStatus`` says why it is behind; the operator turns it into the
+  ``OffsetsMirrored`` condition.
+* The state topic stays the source of truth: the mirror is never read back (adoption reads
+  the native group once, before the coordinator has offsets; that is the operator's step).
+* Only the coordinator serving the group's state partition mirrors it: ``read_offsets``
+  answers a coordinator error for any other, and the task then forgets what it mirrored, so
+  that whoever serves the partition next (maybe this process again) mirrors from scratch.
+  A coordinator fenced without knowing it yet has no new offsets to mirror: its commits can
+  no longer be replayed.
+* Offsets that expire or are deleted here are not deleted from the native group: the
+  brokers' own retention (``offsets.retention.minutes``) ends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from kafka_group_operator.coordinator import errors, messages
+
+logger = logging.getLogger(__name__)
+
+# A failed attempt is retried after the interval doubled per consecutive failure, at most this.
+MAX_BACKOFF_SECONDS = 30.0
+# librdkafka's syslog level: 0 logs nothing (its default repeats every failed connect; the
+# status already says the brokers cannot be reached).
+_QUIET: dict[str, str | int | float | bool] = {"log_level": 0, "log.connection.close": False}
+
+TopicPartition = messages.TopicPartition
+# Reads a group's committed offsets, or raises a coordinator error when it is not served here.
+OffsetReader = Callable[[str], Mapping[TopicPartition, messages.CommittedOffset]]
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorTarget:
+    """Where a group is mirrored: its own Kafka cluster, as the operator knows it."""
+
+    bootstrap_servers: str
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    interval_seconds: float = 5.0
+    request_timeout_seconds: float = 10.0
+
+
+class MirrorReason(enum.Enum):
+    CAUGHT_UP = "CaughtUp"
+    # Changes waiting for the next interval (not a failure).
+    PENDING = "Pending"
+    # The brokers refused or could not be reached; retried with backoff.
+    MIRROR_FAILED = "MirrorFailed"
+    # Another coordinator serves the group (or its partition is loading): not mirrored here.
+    NOT_COORDINATOR = "NotCoordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorStatus:
+    reason: MirrorReason
+    message: str
+    # Partitions whose committed offset the native group does not carry yet.
+    behind: int = 0
+    # Consecutive failed attempts.
+    failures: int = 0
+    # time.time() of the last attempt that left nothing behind, if any.
+    caught_up_at: float | None = None
+
+    @property
+    def mirrored(self) -> bool:
+        return self.reason is MirrorReason.CAUGHT_UP
+
+
+class _Group:
+    def __init__(self, group_id: str, target: MirrorTarget) -> None:
+        self.group_id = group_id
+        self.target = target
+        self._consumer: Consumer | None = None
+        # (offset, metadata) the native group holds, as far as this task knows.
+        self.mirrored: dict[TopicPartition, tuple[int, str]] = {}
+        self.status = MirrorStatus(MirrorReason.PENDING, "not mirrored yet")
+        self.lock = asyncio.Lock()
+        self.retarget = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def consumer(self) -> Consumer:
+        """A consumer of the group that never subscribes: it only commits, member-less."""
+        if self._consumer is None:
+            target = self.target
+            timeout_ms = round(target.request_timeout_seconds * 1000)
+            self._consumer = Consumer(
+                {
+                    **target.kafka_config,
+                    **_QUIET,
+                    "bootstrap.servers": target.bootstrap_servers,
+                    "group.id": self.group_id,
+                    "enable.auto.commit": False,
+                    # How long a synchronous commit waits for the group's coordinator.
+                    "session.timeout.ms": timeout_ms,
+                    "socket.timeout.ms": timeout_ms,
+                }
+            )
+        return self._consumer
+
+    def drop_consumer(self) -> Consumer | None:
+        consumer, self._consumer = self._consumer, None
+        return consumer
+
+
+class OffsetMirror:
+    """The mirror tasks of every group configured with a ``MirrorTarget``."""
+
+    def __init__(self, read_offsets: OffsetReader) -> None:
+        self._read = read_offsets
+        self._groups: dict[str, _Group] = {}
+
+    def configure(self, group_id: str, target: MirrorTarget | None) -> None:
+        """Mirror ``group_id`` to ``target`` from now on (None: stop mirroring it)."""
+        if target is None:
+            self.remove(group_id)
+            return
+        existing = self._groups.get(group_id)
+        if existing is not None:
+            if existing.target != target:
+                if existing.target.bootstrap_servers != target.bootstrap_servers:
+                    existing.mirrored.clear()  # another cluster holds none of it
+                existing.target = target
+                _close_later(existing.drop_consumer())
+                existing.retarget.set()
+            return
+        state = _Group(group_id, target)
+        state.task = asyncio.create_task(self._run(state), name=f"mirror-{group_id}")
+        self._groups[group_id] = state
+
+    def remove(self, group_id: str) -> None:
+        state = self._groups.pop(group_id, None)
+        if state is not None and state.task is not None:
+            state.task.cancel()
+            _close_later(state.drop_consumer())
+
+    def status(self, group_id: str) -> MirrorStatus | None:
+        """How far the native group is behind; None when the group is not mirrored."""
+        state = self._groups.get(group_id)
+        return None if state is None else state.status
+
+    async def flush(self, group_id: str) -> MirrorStatus | None:
+        """Mirror what changed now, without waiting for the interval (e.g. before a group
+        leaves the operator); None when the group is not mirrored."""
+        state = self._groups.get(group_id)
+        if state is None:
+            return None
+        await self._mirror_once(state)
+        return state.status
+
+    async def stop(self) -> None:
+        states = list(self._groups.values())
+        tasks = [state.task for state in states if state.task is not None]
+        self._groups.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for state in states:
+            consumer = state.drop_consumer()
+            if consumer is not None:
+                await asyncio.to_thread(consumer.close)
+
+    async def _run(self, state: _Group) -> None:
+        while True:
+            try:
+                await self._mirror_once(state)
+            except Exception:
+                # Never let a bug end mirroring for good: say so and try again later.
+                logger.exception("mirroring group %s failed", state.group_id)
+                state.status = MirrorStatus(
+                    MirrorReason.MIRROR_FAILED,
+                    "internal error, see the operator's log",
+                    failures=state.status.failures + 1,
+                )
+            interval = state.target.interval_seconds
+            delay = min(interval * 2 ** min(state.status.failures, 10), MAX_BACKOFF_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(delay, interval)):
+                    await state.retarget.wait()
+            state.retarget.clear()
+
+    async def _mirror_once(self, state: _Group) -> None:
+        async with state.lock:
+            try:
+                offsets = self._read(state.group_id)
+            except errors.CoordinatorError as error:
+                state.mirrored.clear()
+                state.status = MirrorStatus(MirrorReason.NOT_COORDINATOR, str(error))
+                return
+            changed = {
+                tp: (value.offset, value.metadata)
+                for tp, value in offsets.items()
+                # A negative offset means "none" to the brokers and cannot be committed.
+                if value.offset >= 0 and state.mirrored.get(tp) != (value.offset, value.metadata)
+            }
+            if not changed:
+                if state.status.reason is not MirrorReason.CAUGHT_UP:
+                    state.status = MirrorStatus(
+                        MirrorReason.CAUGHT_UP,
+                        "the native group carries every offset",
+                        0,
+                        0,
+                        time.time(),
+                    )
+                return
+            failures = await self._commit(state, changed)
+            behind = len(failures)
+            if not failures:
+                state.status = MirrorStatus(
+                    MirrorReason.CAUGHT_UP,
+                    "the native group carries every offset",
+                    0,
+                    0,
+                    time.time(),
+                )
+                return
+            state.status = MirrorStatus(
+                MirrorReason.MIRROR_FAILED,
+                _failure_message(state.target, failures),
+                behind,
+                state.status.failures + 1,
+                state.status.caught_up_at,
+            )
+
+    async def _commit(
+        self, state: _Group, changed: Mapping[TopicPartition, tuple[int, str]]
+    ) -> dict[TopicPartition, str]:
+        """One member-less OffsetCommit of ``changed``; the error of each partition that the
+        brokers did not take (all of them when the request failed)."""
+        offsets = [
+            KafkaTopicPartition(topic, partition, offset, metadata=metadata)
+            for (topic, partition), (offset, metadata) in sorted(changed.items())
+        ]
+        consumer = state.consumer()
+        try:
+            answered = await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
+        except KafkaException as error:
+            return dict.fromkeys(changed, _error_text(error))
+        failed: dict[TopicPartition, str] = {}
+        for partition in answered or ():
+            tp = (partition.topic, partition.partition)
+            if tp not in changed:
+                continue
+            if partition.error is not None:
+                failed[tp] = partition.error.name()
+            else:
+                state.mirrored[tp] = changed[tp]
+        # A partition the answer does not name was not committed either.
+        for tp in changed:
+            if state.mirrored.get(tp) != changed[tp]:
+                failed.setdefault(tp, "no answer for the partition")
+        return failed
+
+
+def _close_later(consumer: Consumer | None) -> None:
+    """Close a consumer off the event loop (it may wait for its coordinator)."""
+    if consumer is not None:
+        asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+
+def _error_text(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "no answer from the brokers"
+    if isinstance(error, KafkaException) and error.args:
+        kafka_error = error.args[0]
+        name = getattr(kafka_error, "name", None)
+        if callable(name):
+            return f"{name()}: {kafka_error.str()}"
+    return str(error)
+
+
+def _failure_message(target: MirrorTarget, failures: Mapping[TopicPartition, str]) -> str:
+    by_reason: dict[str, int] = {}
+    for reason in failures.values():
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    reasons = ", ".join(f"{reason} ({count})" for reason, count in sorted(by_reason.items()))
+    hint = ""
+    if any(reason.startswith("UNKNOWN_MEMBER_ID") for reason in by_reason):
+        hint = "; the native group still has active members"
+    return (
+        f"{len(failures)} partition(s) not mirrored to {target.bootstrap_servers}: "
+        f"{reasons}{hint}; retrying"
+    )

@@ -1,0 +1,48 @@
+"""The brokers' own (native) consumer groups, read and written with Kafka's admin client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+
+def offsets(bootstrap: str, group_id: str) -> dict[tuple[str, int], int]:
+    """The native group's committed offsets, as ``kafka-consumer-groups.sh`` would show."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)])
+    listed = answer[group_id].result(10)
+    return {
+        (tp.topic, tp.partition): tp.offset
+        for tp in listed.topic_partitions or ()
+        if tp.offset >= 0 and tp.error is None
+    }
+
+
+def commit(bootstrap: str, group_id: str, wanted: Mapping[tuple[str, int], int]) -> None:
+    """A member-less commit into the native group, as a stock tool resets offsets."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(
+        group_id,
+        [TopicPartition(topic, partition, offset) for (topic, partition), offset in wanted.items()],
+    )
+    answered = admin.alter_consumer_group_offsets([request])[group_id].result(10)
+    failed = [tp for tp in answered.topic_partitions or () if tp.error is not None]
+    assert not failed, failed
+
+
+async def wait_for_offsets(
+    bootstrap: str, group_id: str, expected: Mapping[tuple[str, int], int], within: float = 30.0
+) -> None:
+    """Until the native group carries exactly ``expected``."""
+    deadline = time.monotonic() + within
+    seen: dict[tuple[str, int], int] = {}
+    while time.monotonic() < deadline:
+        seen = await asyncio.to_thread(offsets, bootstrap, group_id)
+        if seen == dict(expected):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"native group {group_id} holds {seen}, not {dict(expected)}")
