@@ -185,7 +185,7 @@ def run(megabytes: int) -> dict[str, Any]:
             str(api_port),
             "--kafka-port",
             str(kafka_port),
-            "--partitions",
+            "--state-partitions",
             "2",
             "--topic",
             f"bench-gateway-state-{uuid.uuid4().hex[:6]}",

@@ -31,7 +31,7 @@ async def test_kgo_coordinator_serves_the_kafka_protocol(
         sys.executable, "-m", "kafka_group_operator", "coordinator",
         "--bootstrap", broker.bootstrap, "--port", str(api_port),
         "--kafka-port", str(kafka_port), "--tokens", str(tokens),
-        "--topic", f"cmd-state-{uuid.uuid4().hex[:8]}", "--partitions", "2",
+        "--topic", f"cmd-state-{uuid.uuid4().hex[:8]}", "--state-partitions", "2",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
     )  # fmt: skip
     try:

@@ -7,6 +7,10 @@ over HTTP. Handlers are thin: decode with ``wire``, call the runtime, encode the
 Every failure leaves as a Kafka-style error body ``{"error", "code", "message"}``: a
 ``CoordinatorError`` with its own HTTP status, a malformed body, group or query as 400
 ``INVALID_REQUEST``, anything unexpected as a logged 500 ``UNKNOWN_SERVER_ERROR``.
+
+With a ``discovery.Directory`` (coordinators that split the state topic), a
+``NOT_COORDINATOR`` body also names the group's coordinator, ``"coordinator": {"partition",
+"url"}``, and ``GET /v1/groups/{group}/coordinator`` answers who it is.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Protocol
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from kafka_group_operator.api import openapi, tokens, wire
+from kafka_group_operator.api import discovery, openapi, tokens, wire
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.runtime import coordinator_runtime
 
@@ -60,6 +64,7 @@ class Coordinator(Protocol):
 
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 TOKENS_KEY = web.AppKey("tokens", tokens.TokenStore)
+DIRECTORY_KEY = web.AppKey("directory", discovery.Directory)
 _OPENAPI_KEY = web.AppKey("openapi", bytes)
 _PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 
@@ -84,6 +89,12 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
             response.headers["WWW-Authenticate"] = 'Bearer realm="kafka-group-operator"'
             return response
         return _error_response(error)
+    except errors.NotCoordinator as error:
+        response = _error_response(error)
+        hint = _coordinator_hint(request)
+        if hint is not None:
+            response.text = json.dumps({**wire.error_body(error), "coordinator": hint})
+        return response
     except errors.CoordinatorError as error:
         return _error_response(error)
     except web.HTTPException as http_error:
@@ -100,6 +111,22 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
             wire.error_body(errors.CoordinatorError("internal error, see the coordinator log")),
             status=500,
         )
+
+
+def _coordinator_hint(request: web.Request) -> dict[str, object] | None:
+    """Where the group of ``request`` is coordinated, for a NOT_COORDINATOR body; None when
+    no directory is configured or the path names no (valid) group."""
+    directory = request.app.get(DIRECTORY_KEY)
+    raw_group = request.match_info.get("group")
+    if directory is None or raw_group is None:
+        return None
+    try:
+        owner = directory.owner(wire.group_id(raw_group))
+    except errors.CoordinatorError:
+        return None
+    # A fenced partition is in our set but served elsewhere now: we do not know where.
+    url = None if owner.is_self else owner.url
+    return {"partition": owner.partition, "url": url}
 
 
 def _auth_middleware(store: tokens.TokenStore | None) -> Middleware:
@@ -204,6 +231,19 @@ async def _list(request: web.Request) -> web.Response:
     return web.json_response({"groups": listed})
 
 
+async def _find_coordinator(request: web.Request) -> web.Response:
+    """The group's coordinator, from the partition set and the peers map (no state read)."""
+    group = _group(request)
+    directory = request.app.get(DIRECTORY_KEY)
+    if directory is None:
+        # Serving every partition, on whatever URL the caller used.
+        return web.json_response({"partition": None, "url": None, "self": True})
+    owner = directory.owner(group)
+    return web.json_response(
+        {"partition": owner.partition, "url": owner.url, "self": owner.is_self}
+    )
+
+
 async def _openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[_OPENAPI_KEY], content_type="application/json")
 
@@ -219,8 +259,13 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def build_app(runtime: Coordinator, token_store: tokens.TokenStore | None) -> web.Application:
-    """The member API over ``runtime``; ``token_store=None`` serves without authentication."""
+def build_app(
+    runtime: Coordinator,
+    token_store: tokens.TokenStore | None,
+    directory: discovery.Directory | None = None,
+) -> web.Application:
+    """The member API over ``runtime``; ``token_store=None`` serves without authentication;
+    ``directory`` names the coordinators of the partitions ``runtime`` does not serve."""
     app = web.Application(
         middlewares=[_errors_middleware, _auth_middleware(token_store)],
         client_max_size=MAX_BODY_BYTES,
@@ -228,10 +273,13 @@ def build_app(runtime: Coordinator, token_store: tokens.TokenStore | None) -> we
     app[COORDINATOR_KEY] = runtime
     if token_store is not None:
         app[TOKENS_KEY] = token_store
+    if directory is not None:
+        app[DIRECTORY_KEY] = directory
     app[_OPENAPI_KEY] = json.dumps(openapi.document()).encode()
     app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
+    app.router.add_get("/v1/groups/{group}/coordinator", _find_coordinator)
     app.router.add_get("/v1/groups/{group}", _describe)
     app.router.add_get("/v1/groups", _list)
     app.router.add_get("/openapi.json", _openapi)

@@ -53,6 +53,48 @@ _SCHEMAS: dict[str, Schema] = {
             },
             "code": {"type": "integer"},
             "message": {"type": "string"},
+            "coordinator": {
+                **_ref("CoordinatorHint"),
+                "description": "With NOT_COORDINATOR: the group's coordinator, where to "
+                "retry (as Kafka's FindCoordinator answers).",
+            },
+        },
+    },
+    "CoordinatorHint": {
+        "type": "object",
+        "required": ["partition", "url"],
+        "properties": {
+            "partition": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The group's state partition (Kafka's partitionFor).",
+            },
+            "url": {
+                "type": ["string", "null"],
+                "description": "The member-API URL of the coordinator serving that partition; "
+                "null when this coordinator's peers map does not name one.",
+            },
+        },
+    },
+    "Coordinator": {
+        "type": "object",
+        "required": ["partition", "url", "self"],
+        "properties": {
+            "partition": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "The group's state partition; null from a coordinator that "
+                "serves every partition and was given no partition set.",
+            },
+            "url": {
+                "type": ["string", "null"],
+                "description": "The member-API URL of the group's coordinator (null: unknown "
+                "here, or this coordinator without an advertised URL).",
+            },
+            "self": {
+                "type": "boolean",
+                "description": "Whether the coordinator answering serves the group.",
+            },
         },
     },
     "HeartbeatRequest": {
@@ -302,7 +344,8 @@ def _errors(*statuses: int) -> dict[str, Schema]:
         409: "Membership conflict: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, "
         "STALE_MEMBER_EPOCH, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, ...",
         503: "Retry later: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, "
-        "REQUEST_TIMED_OUT.",
+        "REQUEST_TIMED_OUT; or NOT_COORDINATOR, whose body names the group's coordinator "
+        "(coordinator.url) to retry at.",
     }
     answers: dict[str, Schema] = {
         str(status): {"description": descriptions[status], "content": _json(_ref("Error"))}
@@ -443,6 +486,23 @@ def document() -> Schema:
                             "content": _json(_ref("GroupDescription")),
                         },
                         **_errors(*_AUTH_ERRORS, 404),
+                    },
+                },
+            },
+            "/v1/groups/{group}/coordinator": {
+                "parameters": [_GROUP_PARAMETER],
+                "get": {
+                    "operationId": "findCoordinator",
+                    "summary": "Which coordinator serves the group (Kafka's FindCoordinator): "
+                    "its state partition and member-API URL. Answered by any coordinator, "
+                    "from its partition set and peers map; authenticated like every group "
+                    "route.",
+                    "responses": {
+                        "200": {
+                            "description": "The group's coordinator.",
+                            "content": _json(_ref("Coordinator")),
+                        },
+                        **_errors(400, 401, 403),
                     },
                 },
             },

@@ -7,6 +7,13 @@ object ``{group: {"sessionTimeoutMs": ..., "heartbeatIntervalMs": ..., "assignor
 ``--tokens FILE`` the API runs unauthenticated, which is logged as a warning.
 ``--kafka-port`` also serves the groups on the Kafka protocol (the coordinator listener),
 with the same tokens as SASL/PLAIN passwords (username = group id).
+
+Several processes can split one state topic: ``--partitions 0-24`` serves only those state
+partitions (``--state-partitions`` is the topic's partition count), and the groups of the
+others are answered ``NOT_COORDINATOR``. With ``--advertised-url`` and ``--peers
+25-49=http://b:8080,...`` (or ``--peers @FILE``, a JSON object ``{"25-49": "http://b:8080"}``)
+that answer names the group's coordinator, and ``GET /v1/groups/{group}/coordinator`` says
+who it is.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
-from kafka_group_operator.api import tokens
+from kafka_group_operator.api import discovery, tokens
 from kafka_group_operator.commands import common, kafka_lookup
 from kafka_group_operator.coordinator import messages
 
@@ -66,7 +73,22 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kafka-tls-cert", type=Path, help="PEM certificate: Kafka over TLS")
     parser.add_argument("--kafka-tls-key", type=Path, help="PEM private key of --kafka-tls-cert")
     parser.add_argument("--topic", default="kafka-group-operator.group-state")
-    parser.add_argument("--partitions", type=int, default=50)
+    parser.add_argument(
+        "--state-partitions",
+        type=int,
+        default=50,
+        help="partition count of the state topic (default 50)",
+    )
+    parser.add_argument(
+        "--partitions",
+        help="serve only these state partitions, e.g. 0-24,30 (default: all)",
+    )
+    parser.add_argument("--advertised-url", help="this process's member-API URL, as peers name it")
+    parser.add_argument(
+        "--peers",
+        help="who serves the other state partitions: SET=URL,... (0-24=http://a:8080, "
+        "a SET of several items joined by +), or @FILE with a JSON object {SET: URL}",
+    )
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--min-insync-replicas", type=int, default=1)
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
@@ -76,6 +98,48 @@ def register(subparsers: Any) -> None:
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
     parser.set_defaults(func=run)
+
+
+def read_directory(args: argparse.Namespace) -> discovery.Directory:
+    """The partition set and peers map from the options; ValueError naming a bad one."""
+    if args.state_partitions < 1:
+        raise ValueError(f"--state-partitions must be >= 1, not {args.state_partitions}")
+    served = None
+    if args.partitions is not None:
+        try:
+            served = discovery.parse_partition_set(args.partitions)
+        except ValueError as error:
+            raise ValueError(f"--partitions: {error}") from None
+    advertised = None
+    if args.advertised_url is not None:
+        try:
+            advertised = discovery.check_url(args.advertised_url)
+        except ValueError as error:
+            raise ValueError(f"--advertised-url: {error}") from None
+    peers: dict[int, str] = {}
+    if args.peers is not None:
+        spec: str = args.peers
+        try:
+            if spec.startswith("@"):
+                peers = _read_peers_file(Path(spec[1:]))
+            else:
+                peers = discovery.parse_peers(spec)
+        except ValueError as error:
+            raise ValueError(f"--peers: {error}") from None
+    try:
+        return discovery.Directory(args.state_partitions, served, advertised, peers)
+    except ValueError as error:
+        raise ValueError(f"--partitions/--peers: {error}") from None
+
+
+def _read_peers_file(path: Path) -> dict[int, str]:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read {path}: {error}") from error
+    if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
+        raise ValueError(f"{path} must hold a JSON object {{partitions: url}}")
+    return discovery.parse_peers(",".join(f"{k.replace(',', '+')}={v}" for k, v in loaded.items()))
 
 
 def read_group_settings(path: Path) -> list[messages.GroupSettings]:
@@ -105,6 +169,7 @@ async def serve(
     args: argparse.Namespace,
     token_store: tokens.GroupTokens | None,
     group_settings: list[messages.GroupSettings],
+    directory: discovery.Directory,
 ) -> None:
     # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
     from kafka_group_operator.runtime import coordinator_runtime
@@ -115,7 +180,8 @@ async def serve(
         coordinator_runtime.RuntimeConfig(
             bootstrap_servers=args.bootstrap,
             topic=args.topic,
-            partitions=args.partitions,
+            partitions=args.state_partitions,
+            served_partitions=directory.served,
             replication_factor=args.replication_factor,
             min_insync_replicas=args.min_insync_replicas,
             checkpoint_uri=args.checkpoint,
@@ -129,7 +195,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, this_task.cancel)
-    runner = web.AppRunner(api_app.build_app(runtime, token_store), access_log=None)
+    runner = web.AppRunner(api_app.build_app(runtime, token_store, directory), access_log=None)
     await runner.setup()
     kafka_listener = None
     if args.kafka_port is not None:
@@ -160,13 +226,21 @@ async def serve(
                 raise common.CommandError(
                     f"cannot listen on {args.host}:{port}: {error.strerror or error}"
                 ) from None
-        logger.info("member API on http://%s:%d (state topic %s)", args.host, args.port, args.topic)
+        logger.info(
+            "member API on http://%s:%d (state topic %s, partitions %s)",
+            args.host,
+            args.port,
+            args.topic,
+            "all" if directory.served is None else discovery.format_partition_set(directory.served),
+        )
         if kafka_listener is not None:
             logger.info("Kafka protocol on %s:%d", args.host, kafka_listener.port)
         await runtime.wait_until_loaded()
-        for settings in group_settings:
+        # The groups of partitions served elsewhere are configured by their coordinator.
+        ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
+        for settings in ours:
             await runtime.configure_group(settings)
-        logger.info("state loaded, %d group(s) configured", len(group_settings))
+        logger.info("state loaded, %d group(s) configured", len(ours))
         print(f"ready on http://{args.host}:{args.port}", flush=True)
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
@@ -183,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         token_store = tokens.GroupTokens.from_file(args.tokens) if args.tokens else None
         group_settings = read_group_settings(args.groups) if args.groups is not None else []
+        directory = read_directory(args)
     except (ValueError, TypeError) as error:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:
@@ -208,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(serve(args, token_store, group_settings))
+            asyncio.run(serve(args, token_store, group_settings, directory))
     except runtime_errors.StateTopicError as error:
         raise common.CommandError(f"{type(error).__name__}: {error}") from None
     return 0

@@ -283,7 +283,7 @@ class LocalGroup:
                 str(port),
                 "--topic",
                 self.state_topic,
-                "--partitions",
+                "--state-partitions",
                 str(self.state_partitions),
                 "--groups",
                 str(groups),

@@ -1,0 +1,189 @@
+"""Discovery: partition-set and peers-map specs, and the member API naming a group's
+coordinator (in NOT_COORDINATOR answers and at ``GET /v1/groups/{group}/coordinator``), served
+by two real runtimes that split one state topic on the embedded broker."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jsonschema
+import pytest
+import pytest_asyncio
+from aiohttp import test_utils
+
+from kafka_group_operator.api import app, discovery, openapi, tokens
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_records import partitioning
+from tests.support import groups
+
+DOCUMENT = openapi.document()
+PARTITIONS = 2
+URLS = {0: "http://coordinator-0:8080", 1: "http://coordinator-1:8080"}
+
+
+def conforms(body: Any, schema: str) -> None:
+    jsonschema.Draft202012Validator(
+        {**DOCUMENT, "$ref": f"#/components/schemas/{schema}"}
+    ).validate(body)
+
+
+def _group_on(partition: int) -> str:
+    index = 0
+    while partitioning.partition_for(f"group-{index}", PARTITIONS) != partition:
+        index += 1
+    return f"group-{index}"
+
+
+# ------------------------------------------------------------------------------ the specs
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("0-24", set(range(25))),
+        ("0-2,30", {0, 1, 2, 30}),
+        (" 7 ", {7}),
+        ("3-3,1", {1, 3}),
+        ("0-4,2-6", set(range(7))),
+    ],
+)
+def test_partition_sets_are_numbers_and_inclusive_ranges(spec: str, expected: set[int]) -> None:
+    assert discovery.parse_partition_set(spec) == expected
+    assert discovery.parse_partition_set(discovery.format_partition_set(expected)) == expected
+
+
+def test_a_partition_set_is_formatted_with_ranges_merged() -> None:
+    assert discovery.format_partition_set({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert discovery.format_partition_set(set()) == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", r"'' is not a partition number"),
+        ("0-", r"'0-' is not a partition number"),
+        ("a", r"'a' is not a partition number"),
+        ("5-2", r"'5-2' is not a range of partitions"),
+        ("-1", r"'-1' is not a partition number"),
+        ("1,,2", r"'' is not a partition number"),
+    ],
+)
+def test_a_malformed_partition_set_is_refused_by_name(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        discovery.parse_partition_set(spec)
+
+
+def test_peers_map_sets_to_urls() -> None:
+    assert discovery.parse_peers("0-1+4=http://a:8080/,2-3=https://b") == {
+        0: "http://a:8080",
+        1: "http://a:8080",
+        4: "http://a:8080",
+        2: "https://b",
+        3: "https://b",
+    }
+    with pytest.raises(ValueError, match="is not PARTITIONS=URL"):
+        discovery.parse_peers("0-1")
+    with pytest.raises(ValueError, match="is not an http"):
+        discovery.parse_peers("0=ftp://a")
+    with pytest.raises(ValueError, match="partition 1 is given to http://a and http://b"):
+        discovery.parse_peers("0-1=http://a,1=http://b")
+
+
+def test_a_directory_refuses_partitions_outside_the_topic_and_clashing_urls() -> None:
+    with pytest.raises(ValueError, match="partitions 2 are outside"):
+        discovery.Directory(2, frozenset({2}))
+    with pytest.raises(ValueError, match="partitions 5 are outside"):
+        discovery.Directory(2, None, None, {5: "http://a"})
+    with pytest.raises(ValueError, match="partitions 0 are served here, but the peers map"):
+        discovery.Directory(2, frozenset({0}), "http://me", {0: "http://other"})
+    # One peers map for every process may name this one too.
+    shared = discovery.Directory(2, frozenset({0}), "http://me", {0: "http://me", 1: "http://b"})
+    assert shared.owner(_group_on(1)) == discovery.Owner(1, "http://b", False)
+    assert shared.owner(_group_on(0)) == discovery.Owner(0, "http://me", True)
+
+
+# ------------------------------------------------------------------------------ over HTTP
+
+Clients = dict[int, test_utils.TestClient[Any, Any]]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients]:
+    """Coordinator ``p`` serves state partition ``p`` at ``URLS[p]``, knowing the other."""
+    name = f"discovery-state-{uuid.uuid4().hex[:8]}"
+    token_store = tokens.GroupTokens({_group_on(0): "t0", _group_on(1): "t1"})
+    async with contextlib.AsyncExitStack() as stack:
+        clients: Clients = {}
+        for partition in range(PARTITIONS):
+            config = coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=broker.bootstrap,
+                topic=name,
+                partitions=PARTITIONS,
+                served_partitions=frozenset({partition}),
+            )
+            runtime = await stack.enter_async_context(groups.running(config))
+            directory = discovery.Directory(
+                PARTITIONS, frozenset({partition}), URLS[partition], URLS
+            )
+            client = test_utils.TestClient(
+                test_utils.TestServer(app.build_app(runtime, token_store, directory))
+            )
+            await client.start_server()
+            stack.push_async_callback(client.close)
+            clients[partition] = client
+        yield clients
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_not_coordinator_names_the_groups_coordinator(coordinators: Clients) -> None:
+    for partition, other in ((0, 1), (1, 0)):
+        group = _group_on(partition)
+        token = {"Authorization": f"Bearer t{partition}"}
+        body = {"memberId": "m-1", "memberEpoch": 0, "subscribedTopicNames": ["t"]}
+        wrong = await coordinators[other].post(
+            f"/v1/groups/{group}/heartbeat", json=body, headers=token
+        )
+        assert wrong.status == 503
+        error = await wrong.json()
+        conforms(error, "Error")
+        # NOT_COORDINATOR is Kafka's error 16 (Errors.java: NOT_COORDINATOR(16, ...)).
+        assert (error["error"], error["code"]) == ("NOT_COORDINATOR", 16)
+        assert error["coordinator"] == {"partition": partition, "url": URLS[partition]}
+        right = await coordinators[partition].post(
+            f"/v1/groups/{group}/heartbeat", json=body, headers=token
+        )
+        assert right.status == 200, await right.text()
+        # Other errors carry no hint.
+        malformed = await coordinators[partition].post(
+            f"/v1/groups/{group}/heartbeat", json={}, headers=token
+        )
+        assert malformed.status == 400
+        assert "coordinator" not in await malformed.json()
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_find_coordinator_answers_from_any_coordinator(coordinators: Clients) -> None:
+    for partition in range(PARTITIONS):
+        group = _group_on(partition)
+        for asked in range(PARTITIONS):
+            reply = await coordinators[asked].get(
+                f"/v1/groups/{group}/coordinator",
+                headers={"Authorization": f"Bearer t{partition}"},
+            )
+            assert reply.status == 200
+            found = await reply.json()
+            conforms(found, "Coordinator")
+            assert found == {
+                "partition": partition,
+                "url": URLS[partition],
+                "self": asked == partition,
+            }
+        # Authenticated like every group route.
+        refused = await coordinators[0].get(f"/v1/groups/{group}/coordinator")
+        assert refused.status == 401
