@@ -7,6 +7,8 @@ group committed, and commits to the coordinator. A mixed group: a member of our 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,7 +22,7 @@ from confluent_kafka import Consumer
 from kafka import KafkaConsumer
 
 from kafka_group_operator.api import app
-from kafka_group_operator.coordinator import messages
+from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import GroupMember, MemberConfig
 from kafka_group_operator.protocol import gateway as protocol_gateway
@@ -300,3 +302,112 @@ async def wait_for_async(condition: Callable[[], Awaitable[bool]]) -> None:
     while not await condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.1)
+
+
+def shares_by_instance(described: messages.GroupDescription, topic: str) -> dict[str, set[int]]:
+    return {
+        member.instance_id or member.member_id: set(member.assignment.get(topic, ()))
+        for member in described.members
+    }
+
+
+async def stable_with(
+    runtime: coordinator_runtime.CoordinatorRuntime, group: str, topic: str, count: int
+) -> messages.GroupDescription:
+    """The group once ``count`` members share every partition, each holding some."""
+
+    async def ready() -> bool:
+        try:
+            described = await runtime.describe_group(group)
+        except errors.GroupIdNotFound:
+            return False  # nobody joined yet
+        held = [set(m.assignment.get(topic, ())) for m in described.members]
+        return (
+            described.state == "Stable"
+            and len(held) == count
+            and all(held)
+            and set().union(*held) == set(range(PARTITIONS))
+        )
+
+    await wait_for_async(ready)
+    return await runtime.describe_group(group)
+
+
+# A kafka-python static member in its own process, so that it can be killed like a pod.
+STATIC_CONSUMER = """
+import sys
+from kafka import KafkaConsumer
+port, group, topic, instance = sys.argv[1:]
+consumer = KafkaConsumer(
+    bootstrap_servers=f"127.0.0.1:{port}", group_id=group, group_instance_id=instance,
+    session_timeout_ms=10_000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
+)
+consumer.subscribe([topic])
+while True:
+    consumer.poll(timeout_ms=100)
+"""
+
+
+def static_consumer(port: int, group: str, topic: str, instance: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", STATIC_CONSUMER, str(port), group, topic, instance],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def test_classic_member_added_then_static_restart_moves_nothing(
+    broker: embedded.EmbeddedBroker,
+    open_gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """kafka-python static members: a second member takes only what it needs from the
+    first; a member killed with SIGKILL and restarted within the session timeout (a new
+    process, a new member id, the same instance id) gets exactly its partitions back,
+    without a rebalance; its predecessor's member id is fenced."""
+    topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=1)
+    await topic_id(runtime, topic)
+    group = f"static-{uuid.uuid4().hex[:6]}"
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        processes.append(static_consumer(open_gateway.port, group, topic, "pod-0"))
+        alone = shares_by_instance(await stable_with(runtime, group, topic, 1), topic)
+        assert alone == {"pod-0": set(range(PARTITIONS))}
+
+        processes.append(static_consumer(open_gateway.port, group, topic, "pod-1"))
+        before = await stable_with(runtime, group, topic, 2)
+        shares = shares_by_instance(before, topic)
+        # Only what the newcomer needs moved: the first member kept the rest.
+        assert shares["pod-0"] < alone["pod-0"]
+        assert shares["pod-1"] == alone["pod-0"] - shares["pod-0"]
+        old = {m.instance_id: m for m in before.members}
+
+        processes[0].kill()
+        processes[0].wait(30)
+        processes.append(static_consumer(open_gateway.port, group, topic, "pod-0"))
+
+        async def replaced() -> bool:
+            described = await runtime.describe_group(group)
+            ids = {m.instance_id: m.member_id for m in described.members}
+            return ids.get("pod-0") not in (None, old["pod-0"].member_id)
+
+        await wait_for_async(replaced)
+        after = await stable_with(runtime, group, topic, 2)
+        assert shares_by_instance(after, topic) == shares
+        assert after.group_epoch == before.group_epoch
+        survivor = next(m for m in after.members if m.instance_id == "pod-1")
+        assert survivor.member_id == old["pod-1"].member_id
+        # The killed process's member id commits nothing any more.
+        with pytest.raises(errors.UnknownMemberId):
+            await runtime.commit_offsets(
+                messages.OffsetCommitRequest(
+                    group_id=group,
+                    member_id=old["pod-0"].member_id,
+                    member_epoch=old["pod-0"].member_epoch,
+                    offsets={(topic, min(shares["pod-0"])): messages.CommitOffset(1)},
+                )
+            )
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(30)
