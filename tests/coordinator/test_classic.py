@@ -376,3 +376,40 @@ def test_mixed_group_with_a_kip848_member() -> None:
         2,
         3,
     }
+
+
+def test_a_member_told_to_rejoin_that_never_does_is_removed_after_its_rebalance_timeout() -> None:
+    harness = ranged()
+    stuck = join(harness, instance_id="pod-0").member_id
+    other = join(harness, instance_id="pod-1").member_id
+    # Told to join again (its rebalance timeout is 60 s); it keeps heartbeating instead.
+    assert heartbeat(harness, stuck, 1, instance_id="pod-0") is True
+    for _ in range(6):  # 54 s, each heartbeat inside its 10 s session timeout
+        harness.tick(9_000)
+        assert heartbeat(harness, stuck, 1, instance_id="pod-0") is True
+        # The newcomer waits for the partitions the stuck member holds.
+        assert heartbeat(harness, other, 2, instance_id="pod-1") is False
+    members = [m.member_id for m in harness.shard.describe_group(GROUP).members]
+    assert members == [stuck, other]
+    harness.tick(7_000)  # 61 s: the join timeout, not the session, removes it
+    members = [m.member_id for m in harness.shard.describe_group(GROUP).members]
+    assert members == [other]
+    assert heartbeat(harness, other, 2, instance_id="pod-1") is True
+    generation = join(harness, other, instance_id="pod-1").generation_id
+    assert sync(harness, other, generation, instance_id="pod-1").assignment == parts(0, 1, 2, 3)
+
+
+def test_a_member_that_rejoins_in_time_is_not_removed_by_its_join_timeout() -> None:
+    harness = ranged()
+    first = join(harness, instance_id="pod-0").member_id
+    other = join(harness, instance_id="pod-1").member_id
+    assert heartbeat(harness, first, 1, instance_id="pod-0") is True
+    harness.tick(9_000)
+    assert join(harness, first, owned={}, instance_id="pod-0").generation_id == 2
+    heartbeat(harness, other, 2, instance_id="pod-1")
+    for _ in range(7):  # 72 s after it was told to join again: past its rebalance timeout
+        harness.tick(9_000)
+        assert heartbeat(harness, first, 2, instance_id="pod-0") is False
+        heartbeat(harness, other, 2, instance_id="pod-1")
+    members = [m.member_id for m in harness.shard.describe_group(GROUP).members]
+    assert members == [first, other]

@@ -220,7 +220,21 @@ class ClassicMembership:
                 and self._released_to(existing, member)
             )
         )
+        if rejoin:
+            self._arm_join_timeout(existing, member, now_ms)
         return result.Result(messages.ClassicHeartbeatResponse(rebalance_in_progress=rejoin), [])
+
+    def _arm_join_timeout(
+        self, existing: group.ConsumerGroup, member: group.Member, now_ms: int
+    ) -> None:
+        """Kafka's ``scheduleConsumerGroupJoinTimeoutIfAbsent``: a member told to join again
+        has its rebalance timeout to do so, armed once per member epoch; a member that is
+        still behind at that epoch when it fires is removed (``shard.on_timer``)."""
+        key = timers.rebalance_key(existing.group_id, member.member_id)
+        armed = self._deadlines.get(key)
+        if armed is None or armed.tag != member.member_epoch:
+            timeout = membership.rebalance_timeout_ms(member.subscription(), existing.settings)
+            self._deadlines.arm(key, now_ms + timeout, member.member_epoch)
 
     @staticmethod
     def _released_to(existing: group.ConsumerGroup, member: group.Member) -> bool:

@@ -190,6 +190,13 @@ class CoordinatorShard:
                     member.state is group_state.MemberState.UNREVOKED_PARTITIONS
                     and member.member_epoch == armed.tag
                 )
+                or (
+                    # A classic member told to join again that did not (its join timeout).
+                    existing is not None
+                    and classic.classic_metadata(member) is not None
+                    and member.member_epoch == armed.tag
+                    and member.member_epoch < existing.group_epoch
+                )
             )
             if not expired:
                 self._deadlines.cancel(key)
@@ -249,6 +256,12 @@ class CoordinatorShard:
                 for member in members
             ),
         )
+
+    def group_state(self, group_id: str) -> str | None:
+        """The group's state word (``GroupState``), None for no group: cheap enough for every
+        request, unlike ``describe_group``."""
+        existing = self._groups.get(group_id)
+        return None if existing is None else existing.state.value
 
     def group_owner(self, group_id: str) -> messages.GroupOwner | None:
         return self._owners.get(group_id)
