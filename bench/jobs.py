@@ -2,15 +2,16 @@
 
 For each size (250k, 500k and 1M offset-commit records by default) a one-partition state topic
 is filled with commits of one group: 10 commits per live key (so 1M records hold 100k live
-keys), plus an expired group whose records compaction must drop. Then, on the same topic:
+keys), plus an expired group's records (the coordinator expires them after a load; the
+checkpoint keeps them, as the log does). Then, on the same topic:
 
 * **snapshot**: ``python -m kafka_group_jobs.snapshot --master local[2]`` as a subprocess, so
   the JVM start is included, against the **peer**: one Python process reading the partition
   with confluent-kafka, decoding with the same decoder, keeping the newest commit per partition
   and writing Parquet with pyarrow plus the same manifest. Both checksums must agree.
 * **compaction**: ``python -m kafka_group_jobs.compaction`` against the same peer doing the
-  newest-per-key, expiry and a sorted Parquet checkpoint. Record counts must agree. Neither
-  appends tombstones (``--no-tombstones``), so that every run sees the same topic.
+  newest-per-key and a sorted Parquet checkpoint. Record counts must agree. Neither writes the
+  topic (expiry is the coordinator's), so every run sees the same topic.
 * **warm**: the same two jobs in one Spark session that is already running, per size: the
   part of the cost that grows with the records, and how linearly it grows.
 * **loader start-up** with and without the checkpoint, at the largest size: the runtime's own
@@ -49,7 +50,7 @@ from kafka_group_jobs import storage as job_storage
 from kafka_group_operator.coordinator import shard
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import loader, writer
-from kafka_group_records import checkpoint, codec, records
+from kafka_group_records import checkpoint, codec, records, results
 
 RESULTS = Path(__file__).parent / "results" / "jobs.json"
 SIZES = (250_000, 500_000, 1_000_000)
@@ -128,7 +129,7 @@ def read_partition(bootstrap: str, topic: str, start: int, end: int) -> Iterator
 
 def peer_snapshot(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
     """The snapshot job's work in one process: read, decode, newest per partition, write."""
-    ends = topics.mark_ends(bootstrap, topic, {}, [0])
+    ends = topics.stable_ends(bootstrap, topic, [0])
     latest: dict[tuple[str, int], columns.Row] = {}
     for message in read_partition(bootstrap, topic, 0, ends[0]):
         row = decoding.decode_row(
@@ -165,8 +166,8 @@ def peer_snapshot(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
 
 
 def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
-    """The compaction job's work in one process: newest per key, expiry, sorted checkpoint."""
-    ends = topics.mark_ends(bootstrap, topic, {}, [0])
+    """The compaction job's work in one process: newest per key, sorted checkpoint."""
+    ends = topics.stable_ends(bootstrap, topic, [0])
     latest: dict[bytes, columns.Row] = {}
     for message in read_partition(bootstrap, topic, 0, ends[0]):
         row = decoding.decode_row(
@@ -174,15 +175,6 @@ def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
         )
         latest[row[3]] = row
     live = {key: row for key, row in latest.items() if row[4] is not None}
-    retention = {row[6]: row[13] for row in live.values() if row[5] == columns.GROUP_CONFIG}
-    expired = {
-        row[6]
-        for row in live.values()
-        if row[5] == columns.GROUP_LIFECYCLE
-        and row[14] is not None
-        and row[14] >= 0
-        and NOW_MS - row[14] >= (retention.get(row[6]) or 7 * DAY_MS)
-    }
     kept = sorted(
         (row for row in live.values() if row[5] != columns.LOAD_MARKER),
         key=lambda row: (row[0], row[1]),
@@ -197,11 +189,11 @@ def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
     )
     output.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, output / checkpoint.RECORDS_FILE)
-    manifest = checkpoint.CheckpointManifest(topic, {0: ends[0]}, len(kept), 0, NOW_MS)
+    manifest = checkpoint.CheckpointManifest(topic, {0: ends[0]}, len(kept), NOW_MS)
     (output / checkpoint.MANIFEST_FILE).write_text(
         json.dumps(checkpoint.manifest_document(manifest))
     )
-    return {"records": len(kept), "expiredGroups": sorted(expired)}
+    return {"records": len(kept)}
 
 
 # ----------------------------------------------------------------------------- the jobs
@@ -226,8 +218,9 @@ def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{job} failed:\n{done.stderr[-3000:]}")
-    line = [text for text in done.stdout.splitlines() if text.startswith("KGO-RESULT ")][-1]
-    result: dict[str, Any] = json.loads(line.removeprefix("KGO-RESULT "))
+    result = results.parse_result(done.stdout)
+    if result is None:
+        raise RuntimeError(f"{job} printed no result line:\n{done.stdout[-3000:]}")
     return elapsed, result
 
 
@@ -317,9 +310,8 @@ def measure(bootstrap: str, size: int, work: Path, with_loader: bool) -> dict[st
     peer_snapshot_s, peer_snap = timed(peer_snapshot, bootstrap, topic, work / f"peer-snap-{size}")
     if spark_snapshot["checksum"] != peer_snap["checksum"]:
         raise RuntimeError("the snapshot job and its peer disagree")
-    compaction_args = [*common, "--output", f"file://{work}/ckpt-{size}", "--no-tombstones"]
     spark_compaction_s, spark_compaction = run_job(
-        "compaction", [*compaction_args, "--now-ms", str(NOW_MS)]
+        "compaction", [*common, "--output", f"file://{work}/ckpt-{size}"]
     )
     peer_compaction_s, peer_compact = timed(
         peer_compaction, bootstrap, topic, work / f"peer-ckpt-{size}"
@@ -369,9 +361,6 @@ def measure_warm(bootstrap: str, sizes: tuple[int, ...], work: Path) -> list[dic
                 bootstrap,
                 topic,
                 f"file://{work}/warm-ckpt-{size}",
-                NOW_MS,
-                7 * DAY_MS,
-                False,
             )
             warm.append(
                 {
@@ -397,7 +386,7 @@ def loader_only(size: int) -> int:
             "compaction",
             [
                 *("--bootstrap", broker.bootstrap, "--topic", topic),
-                *("--output", f"file://{work}/ckpt", "--no-tombstones", "--now-ms", str(NOW_MS)),
+                *("--output", f"file://{work}/ckpt"),
             ],
         )
         figures = measure_loader(broker.bootstrap, topic, Path(work) / "ckpt")

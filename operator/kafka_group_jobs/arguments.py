@@ -8,8 +8,8 @@ a storage URI, ``--as-of``, plus librdkafka settings from ``--kafka-config`` (JS
 
 A job prints its outcome for people: tables and a summary on stdout, warnings on stderr as
 ``warning: ...`` lines. With ``--json`` it prints instead one last line ``KGO-RESULT {json}``
-on stdout; the operator and the demo pass ``--json`` and read that line when they run a job as
-a local subprocess.
+on stdout (``kafka_group_records.results`` writes and parses it); the operator, the demo and
+the benchmarks pass ``--json`` and read that line when they run a job as a subprocess.
 
 ``run`` wraps a job's ``main``: a wrong invocation (``errors.UsageError``, and every
 ``argparse`` error) is one line on stderr and exit 2; a failure at run time
@@ -22,20 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from kafka_group_jobs import errors, topics
+from kafka_group_jobs import errors, fence, topics
+from kafka_group_records import results
 
 if TYPE_CHECKING:  # pyspark is imported only once a job runs Spark (see ``run``)
     from pyspark.sql import DataFrame, SparkSession
 
     from kafka_group_jobs import source
 
-RESULT_PREFIX = "KGO-RESULT "
 DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
 # Eight tasks per million records: enough to keep two local cores and a few executors busy.
 RECORDS_PER_SPLIT = 125_000
@@ -151,15 +153,22 @@ def read_state(
     config: dict[str, str],
     partitions: list[int] | None = None,
     starts: dict[int, int] | None = None,
-) -> tuple[DataFrame, dict[int, int], list[source.OffsetRange]]:
-    """The state topic up to fresh load markers, the exclusive end offset per partition, and
-    the offset ranges the frame's reading tasks cover (in task order, for ``progress``).
+    coordinator: fence.Coordinator | None = None,
+) -> tuple[DataFrame, fence.ReadFence, list[source.OffsetRange]]:
+    """The state topic up to a read fence (see ``fence``), the fence, and the offset ranges
+    the frame's reading tasks cover (in task order, for ``progress``).
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
     from kafka_group_jobs import source
 
-    ends = topics.mark_ends(bootstrap, topic, config, partitions)
+    chosen = (
+        list(range(topics.partition_count(bootstrap, topic, config)))
+        if partitions is None
+        else partitions
+    )
+    fenced = fence.obtain(bootstrap, topic, chosen, config, coordinator, partitions is None)
+    ends = fenced.end_offsets
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
     reader = (
@@ -171,11 +180,34 @@ def read_state(
         .option("startOffsets", json.dumps(starts))
         .option("maxRecordsPerSplit", str(RECORDS_PER_SPLIT))
     )
-    return reader.load(), ends, source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+    return reader.load(), fenced, source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+
+
+def add_coordinator(parsed: argparse.ArgumentParser, what: str) -> None:
+    """``--coordinator-url`` and ``--token``: the coordinator to ask (``what`` it is for)."""
+    parsed.add_argument("--coordinator-url", help=f"the coordinator's HTTP API, {what}")
+    parsed.add_argument(
+        "--token",
+        default=os.environ.get("KGO_GROUP_TOKEN"),
+        help="the group's bearer token (default: $KGO_GROUP_TOKEN)",
+    )
+
+
+def coordinator_of(args: argparse.Namespace, group: str | None) -> fence.Coordinator | None:
+    """The coordinator ``--coordinator-url`` names (checked to be http(s)), or None."""
+    url = args.coordinator_url
+    if not url:
+        return None
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise errors.UsageError(f"--coordinator-url: not an http(s) URL: {url}")
+    if not group:
+        raise errors.UsageError("--coordinator-url needs --group: its token authenticates")
+    return fence.Coordinator(url, group, args.token)
 
 
 def emit_result(result: dict[str, Any]) -> None:
-    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    """The ``--json`` output: the one result line the operator reads (``results``)."""
+    sys.stdout.write(results.result_line(result) + "\n")
     sys.stdout.flush()
 
 
@@ -220,12 +252,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
         )
 
     return [line(list(headers)), *(line(row) for row in cells)]
-
-
-def parse_result(output: str) -> dict[str, Any] | None:
-    """The ``KGO-RESULT`` document of a job's stdout, if it printed one."""
-    for line in reversed(output.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            parsed: dict[str, Any] = json.loads(line.removeprefix(RESULT_PREFIX))
-            return parsed
-    return None

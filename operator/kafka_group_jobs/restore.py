@@ -10,13 +10,13 @@ narrow the scope (default: every topic the group or the snapshot has offsets for
 Steps: read the group's current commits from the state topic; look the live topics' bounds up
 (and offsets by time for datetime and duration); plan with ``transforms.plan_reset``, which
 clamps out-of-range offsets into [earliest, latest] and marks each clamp; print the plan. Unless
-``--dry-run``, write the commits:
-
-* through the coordinator's HTTP API as an administrative commit (``memberId`` "" and epoch
-  -1) when ``--coordinator-url`` is given; the coordinator accepts it only while the group is
-  empty or its assignment is paused for a reset, so no live member races the restore;
-* else as offset-commit records appended straight to the group's state partition, which is
-  right only while no coordinator serves the group (it would not see them until it reloads).
+``--dry-run``, the coordinator applies the plan: the job hands it over through the coordinator's
+HTTP API as one administrative commit (``memberId`` "" and epoch -1), which the coordinator
+accepts only while the group is empty or its assignment is paused for a reset, so no live
+member races the restore. Jobs never write the state topic: a restore that would write needs
+``--coordinator-url`` and fails, before Spark starts, without one. With a coordinator the
+group's partition is read up to the coordinator's read fence, else up to its last stable
+offset (``fence``); the audit says which.
 
 The result is the audit: per partition the old and the new offset, the requested one and any
 clamp, plus snapshot partitions that no longer exist. It is printed as a table (with
@@ -35,7 +35,6 @@ invocation must fail before that.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import urllib.error
@@ -44,14 +43,19 @@ import urllib.request
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kafka_group_jobs import arguments, columns, errors, snapshot, storage, topics
-from kafka_group_records import codec, partitioning, records
+from kafka_group_jobs import arguments, columns, errors, fence, snapshot, storage, topics
+from kafka_group_records import partitioning
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 COORDINATOR_TIMEOUT_S = 10
+NO_COORDINATOR = (
+    "a restore is applied by the coordinator, and none was named: start one (in a cluster the"
+    " operator is one; locally `kgo coordinator --bootstrap B --topic T --tokens FILE`) and pass"
+    " --coordinator-url URL with the group's --token, or use --dry-run to only plan"
+)
 
 
 class RestoreError(errors.JobError):
@@ -91,19 +95,21 @@ def plan(
     scope_topics: tuple[str, ...] = (),
     scope_partitions: dict[str, tuple[int, ...]] | None = None,
     config: dict[str, str] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The rows to write and the snapshot partitions that no longer exist."""
+    coordinator: fence.Coordinator | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """The rows to write, the snapshot partitions that no longer exist, and the kind of read
+    fence the group's commits were read up to."""
     from kafka_group_jobs import progress, transforms
 
     config = config or {}
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    state, ends, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition]
+    state, fenced, ranges = arguments.read_state(
+        spark, bootstrap, state_topic, config, [state_partition], coordinator=coordinator
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
-    with progress.watching(spark, f"reading {state_topic}", ranges, len(ends)):
+    with progress.watching(spark, f"reading {state_topic}", ranges, len(fenced.end_offsets)):
         committed = transforms.group_offsets(state, group_id).localCheckpoint()
     saved: DataFrame | None = None
     if kind == "snapshot":
@@ -124,7 +130,7 @@ def plan(
         if saved is not None
         else []
     )
-    return [row.asDict() for row in rows], [row.asDict() for row in missing]
+    return [row.asDict() for row in rows], [row.asDict() for row in missing], fenced.kind
 
 
 def live_bounds(
@@ -233,40 +239,19 @@ def write_through_coordinator(
         raise RestoreError(f"the coordinator rejected partitions: {rejected}")
 
 
-def write_to_state_topic(
-    bootstrap: str,
-    state_topic: str,
-    group_id: str,
-    rows: list[dict[str, Any]],
-    config: dict[str, str],
-) -> None:
-    """Offset-commit records appended to the group's state partition (no coordinator running)."""
-    partition = partitioning.partition_for(
-        group_id, topics.partition_count(bootstrap, state_topic, config)
-    )
-    now = topics.now_ms()
-    messages = []
-    for row in rows:
-        record = records.Record(
-            records.OffsetCommitKey(group_id, row["topic"], row["partition"]),
-            records.OffsetCommitValue(offset=row["new_offset"], commit_timestamp=now),
-        )
-        key, value = codec.encode_record(record)
-        messages.append((partition, key, value))
-    topics.produce(bootstrap, state_topic, messages, config)
-
-
 def audit(
     group_id: str,
     target: dict[str, Any],
     rows: list[dict[str, Any]],
     missing: list[dict[str, Any]],
     dry_run: bool,
+    read_fence: str = fence.LAST_STABLE_OFFSET,
 ) -> dict[str, Any]:
     return {
         "group": group_id,
         "target": target,
         "dryRun": dry_run,
+        "fence": read_fence,
         "at": arguments.iso_time(topics.now_ms()),
         "partitions": [
             {
@@ -367,8 +352,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--topics", default="", help="comma-separated topics in scope")
     parser.add_argument("--partitions", action="append", default=[], help="TOPIC:P[,P...]")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    parser.add_argument("--coordinator-url", help="commit through the coordinator's HTTP API")
-    parser.add_argument("--token", default=os.environ.get("KGO_GROUP_TOKEN"))
+    arguments.add_coordinator(parser, "which applies the plan (needed unless --dry-run)")
     parser.add_argument("--audit", help="storage URI to write the audit JSON to")
     args = parser.parse_args(argv)
     if not args.group:
@@ -386,19 +370,18 @@ def _main(argv: Sequence[str] | None) -> int:
         if not args.duration:
             raise errors.UsageError("--to duration needs --duration")
         at_ms = topics.now_ms() - parse_duration_ms(args.duration)
-    if args.coordinator_url and urllib.parse.urlsplit(args.coordinator_url).scheme not in (
-        "http",
-        "https",
-    ):
-        raise errors.UsageError(f"--coordinator-url: not an http(s) URL: {args.coordinator_url}")
+    coordinator = arguments.coordinator_of(args, args.group)
     scope = tuple(t for t in args.topics.split(",") if t)
     partitions = parse_partitions(args.partitions) or None
     config = arguments.kafka_config(args)
     if args.to == "snapshot":
         storage.check_readable("snapshot", args.snapshot, snapshot.MANIFEST_FILE)
+    topics.bootstrap_servers(args.bootstrap)  # a wrong --bootstrap is a usage error first
+    if coordinator is None and not args.dry_run:
+        raise RestoreError(NO_COORDINATOR)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
-    if args.coordinator_url:
-        check_coordinator(args.coordinator_url, args.group, args.token, not args.dry_run)
+    if coordinator is not None:
+        check_coordinator(coordinator.url, args.group, args.token, not args.dry_run)
     target = {
         "to": args.to,
         **{
@@ -411,7 +394,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from kafka_group_jobs import session  # only now: see the module docstring
 
     with session.job_session("kafka-group-restore", args.master) as spark:
-        rows, missing = plan(
+        rows, missing, read_fence = plan(
             spark,
             args.bootstrap,
             args.topic,
@@ -423,15 +406,12 @@ def _main(argv: Sequence[str] | None) -> int:
             scope,
             partitions,
             config,
+            coordinator,
         )
-        document = audit(args.group, target, rows, missing, args.dry_run)
-        if not args.dry_run and rows:
-            if args.coordinator_url:
-                write_through_coordinator(args.coordinator_url, args.group, args.token, rows)
-                written_to = f"through the coordinator at {args.coordinator_url}"
-            else:
-                write_to_state_topic(args.bootstrap, args.topic, args.group, rows, config)
-                written_to = f"to the state topic {args.topic}"
+        document = audit(args.group, target, rows, missing, args.dry_run, read_fence)
+        if not args.dry_run and rows and coordinator is not None:
+            write_through_coordinator(coordinator.url, args.group, args.token, rows)
+            written_to = f"through the coordinator at {coordinator.url}"
         if args.audit:
             storage.write_json(spark, args.audit, document)
     if args.json:

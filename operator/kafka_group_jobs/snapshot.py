@@ -1,14 +1,16 @@
 """Snapshot job: one group's committed offsets, now or as of a past time, to Parquet + manifest.
 
 ``python -m kafka_group_jobs.snapshot --bootstrap B --group G --output URI [--as-of ISO]``
-(or the same arguments to ``spark-submit``). Reads the group's state partition up to a fresh
-load marker, keeps the newest commit per partition (as of ``--as-of`` from the commit history
+(or the same arguments to ``spark-submit``). Reads the group's state partition up to a read
+fence (``fence``: the coordinator's with ``--coordinator-url``, else the last stable offset),
+keeps the newest commit per partition (as of ``--as-of`` from the commit history
 when given), joins the data topics' log-end offsets for lag, and writes:
 
 * ``URI/offsets.parquet``: topic, partition, offset, leader_epoch, metadata,
   commit_timestamp, log_end_offset, lag;
 * ``URI/manifest.json``: group, takenAt, asOf, records, partitions per topic, the state-topic
-  offsets covered, and a checksum of the offsets (``storage.offsets_checksum``).
+  offsets covered and the kind of read fence they came from, and a checksum of the offsets
+  (``storage.offsets_checksum``).
 
 ``as of`` reads the commit history, so it reaches back as far as the state topic still holds
 superseded commits: on a compacted topic, to the last compaction.
@@ -30,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kafka_group_jobs import arguments, errors, storage, topics
+from kafka_group_jobs import arguments, errors, fence, storage, topics
 from kafka_group_records import partitioning
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ def take(
     as_of_ms: int | None = None,
     config: dict[str, str] | None = None,
     allow_empty: bool = True,
+    coordinator: fence.Coordinator | None = None,
 ) -> dict[str, Any]:
     """Takes the snapshot; returns its manifest plus ``logEndOffsets`` (one row per partition).
 
@@ -62,9 +65,10 @@ def take(
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    state, ends, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition]
+    state, fenced, ranges = arguments.read_state(
+        spark, bootstrap, state_topic, config, [state_partition], coordinator=coordinator
     )
+    ends = fenced.end_offsets
     # Materialized once: the state topic is read exactly once, whatever follows.
     with progress.watching(spark, f"reading {state_topic}", ranges, len(ends)):
         offsets = transforms.group_offsets(state, group_id, as_of_ms).localCheckpoint()
@@ -99,7 +103,11 @@ def take(
         "data": OFFSETS_FILE,
         "records": len(committed),
         "partitions": dict(by_topic),
-        "stateTopic": {"topic": state_topic, "endOffsets": {str(p): e for p, e in ends.items()}},
+        "stateTopic": {
+            "topic": state_topic,
+            "endOffsets": {str(p): e for p, e in ends.items()},
+            "fence": fenced.kind,
+        },
         "checksum": storage.offsets_checksum(committed),
     }
     storage.write_json(spark, storage.join(output, MANIFEST_FILE), manifest)
@@ -185,9 +193,11 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--allow-empty", action="store_true", help="write a snapshot of a group with no offsets"
     )
+    arguments.add_coordinator(parser, "asked for the read fence")
     args = parser.parse_args(argv)
     if not args.group:
         raise errors.UsageError("--group must not be empty")
+    coordinator = arguments.coordinator_of(args, args.group)
     as_of_ms = None if args.as_of is None else arguments.parse_time_ms(args.as_of)
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
@@ -204,6 +214,7 @@ def _main(argv: Sequence[str] | None) -> int:
             as_of_ms,
             config,
             allow_empty=args.allow_empty,
+            coordinator=coordinator,
         )
     if args.json:
         arguments.emit_result(manifest)

@@ -8,9 +8,10 @@ Python to the JVM in columns rather than one by one.
 Options (all strings, as Spark passes them):
 
 * ``bootstrap`` and ``topic`` (required); ``kafkaConfig``: JSON of extra librdkafka settings.
-* ``endOffsets``: JSON ``{partition: end}``, exclusive. Jobs compute it once with
-  ``topics.mark_ends`` and pass it in, so that every action on the frame reads the same range;
-  without it the reader marks the ends itself at planning time.
+* ``endOffsets``: JSON ``{partition: end}``, exclusive. Jobs take a read fence once
+  (``fence``) and pass its ends in, so that every action on the frame reads the same range;
+  without it the reader reads up to the partitions' last stable offsets at planning time. The
+  source only reads: it never appends a marker.
 * ``startOffsets``: JSON ``{partition: start}`` (default: each partition's earliest), used to
   read only the tail after a compaction checkpoint.
 * ``maxRecordsPerSplit``: split long partitions into ranges of at most this many offsets.
@@ -82,12 +83,13 @@ class StateTopicReader(DataSourceReader):
         self.max_records = int(options.get("maxrecordspersplit", DEFAULT_RECORDS_PER_SPLIT))
 
     def partitions(self) -> Sequence[InputPartition]:
-        # Imported here: the executors that only read need no producer machinery.
+        # Imported here: the executors that only read need no admin client.
         from kafka_group_jobs import topics
 
         ends = self.end_offsets
         if ends is None:
-            ends = topics.mark_ends(self.bootstrap, self.topic, self.kafka_config)
+            count = topics.partition_count(self.bootstrap, self.topic, self.kafka_config)
+            ends = topics.stable_ends(self.bootstrap, self.topic, range(count), self.kafka_config)
         starts = self.start_offsets
         if starts is None:
             starts = topics.earliest_offsets(self.bootstrap, self.topic, ends, self.kafka_config)

@@ -1,12 +1,11 @@
-"""Kafka I/O of the jobs through confluent-kafka: log ends, offset bounds, producing records.
+"""Kafka I/O of the jobs through confluent-kafka: reading only (log ends, offset bounds, ranges).
 
-**Finding the end of a state partition.** A job must read every record up to a fixed point,
-and the high watermark cannot be that point: some brokers (tansu, our test broker) report a
-wrong one after batched produces, and the coordinator keeps appending while a job runs. So
-``mark_ends`` appends one load marker (key version 1100, one key per partition, so compaction
-keeps only the newest) to every partition with ``acks=all`` and takes the offset the broker
-gives it: everything before the marker is covered, and that range is exact on any broker.
-The runtime's loader finds its end the same way.
+Jobs read and plan; only the coordinator writes the state topic. So nothing here produces:
+a job that needs a fixed end of the state partitions (a read fence) gets it from ``fence``,
+which asks the coordinator (it appends load markers) or, with no coordinator, takes the
+partitions' last stable offsets from ``stable_ends``. The state topic is written in
+transactions, so a range may end with a transaction's commit marker, which no consumer
+hands out: ``read_range`` knows it has reached its end from the consumer's position.
 
 The data topics' bounds (``earliest``/``latest``) come from ``get_watermark_offsets``: there
 the high watermark is the only standard answer. On tansu it is exact only for unbatched
@@ -23,14 +22,16 @@ import contextlib
 import logging
 import socket
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AdminClient,
+    OffsetSpec,
+)
 
 from kafka_group_jobs import errors
-from kafka_group_records import codec, records
 
 DEFAULT_KAFKA_PORT = 9092
 
@@ -150,58 +151,29 @@ def partition_count(bootstrap: str, topic: str, extra: Mapping[str, str] | None 
     return len(described.partitions)
 
 
-def produce(
-    bootstrap: str,
-    topic: str,
-    messages: Iterable[tuple[int, bytes, bytes | None]],
-    extra: Mapping[str, str] | None = None,
+def stable_ends(
+    bootstrap: str, topic: str, partitions: Iterable[int], extra: Mapping[str, str] | None = None
 ) -> dict[int, int]:
-    """Writes ``(partition, key, value)`` durably; returns the last offset per partition."""
-    config = client_config(bootstrap, extra)
-    config.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5})
-    producer = Producer(config)
-    last: dict[int, int] = {}
-    failures: list[str] = []
+    """The last stable offset of each partition: the end a ``read_committed`` reader reaches.
 
-    def delivered(error: KafkaError | None, message: Any) -> None:
-        if error is not None:
-            failures.append(str(error))
-        else:
-            partition = message.partition()
-            last[partition] = max(last.get(partition, -1), message.offset())
-
-    for partition, key, value in messages:
-        while True:
-            try:
-                producer.produce(topic, value, key, partition=partition, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    remaining = producer.flush(60)
-    if remaining or failures:
-        raise TopicError(
-            f"cannot write to {topic!r}: {remaining} undelivered, errors: {failures[:3]}"
-            + CLIENT_LOG.summary()
-        )
-    return last
-
-
-def mark_ends(
-    bootstrap: str,
-    topic: str,
-    extra: Mapping[str, str] | None = None,
-    partitions: Iterable[int] | None = None,
-) -> dict[int, int]:
-    """Appends a load marker to each partition (all by default); returns the markers' offsets.
-
-    A marker's offset is the exclusive end of what a reader must cover in its partition.
+    Everything below it is committed (or aborted) for good, so a range ending there never
+    changes, though the coordinator keeps appending after it.
     """
-    nonce = uuid.uuid4().hex
-    marker = records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, now_ms()))
-    key, value = codec.encode_record(marker)
-    chosen = range(partition_count(bootstrap, topic, extra)) if partitions is None else partitions
-    return produce(bootstrap, topic, ((p, key, value) for p in chosen), extra)
+    admin = AdminClient(client_config(bootstrap, extra))
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    wanted = {TopicPartition(topic, partition): latest for partition in partitions}
+    if not wanted:
+        return {}
+    try:
+        futures = admin.list_offsets(
+            wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10
+        )
+        return {tp.partition: future.result().offset for tp, future in futures.items()}
+    except KafkaException as error:
+        raise TopicError(
+            f"cannot read the last stable offsets of {topic!r}: {_reason(error)}"
+            + CLIENT_LOG.summary()
+        ) from error
 
 
 def earliest_offsets(
@@ -274,7 +246,9 @@ def read_range(
     """Messages of ``[start, end)`` in batches, on an already created consumer.
 
     Raises ``TopicError`` when the broker hands out nothing for ``stall_s`` seconds before the
-    end is reached: the range was promised by ``mark_ends``, so silence means trouble.
+    end is reached: the range was promised by a read fence, so silence means trouble. The
+    consumer's position moves past transaction markers, which are never handed out: it tells
+    when a range ending with one is done.
     """
     consumer.assign([TopicPartition(topic, partition, start)])
     position = start
@@ -297,7 +271,10 @@ def read_range(
         if wanted:
             quiet_since = time.monotonic()
             yield wanted
-        elif time.monotonic() - quiet_since > stall_s:
+        elif not batch:
+            (reached,) = consumer.position([TopicPartition(topic, partition)])
+            position = max(position, reached.offset)
+        if not wanted and position < end and time.monotonic() - quiet_since > stall_s:
             raise TopicError(f"{topic}[{partition}] stalled at {position} before {end}")
     consumer.unassign()
 

@@ -29,17 +29,8 @@ COMMIT_COLUMNS = (
     "metadata",
     "commit_timestamp",
 )
-# What compaction needs of each record: its place, its bytes, and its group's lifecycle.
-COMPACTION_COLUMNS = (
-    "partition",
-    "offset",
-    "key",
-    "value",
-    "record_type",
-    "group_id",
-    "offsets_retention_ms",
-    "empty_since_ms",
-)
+# What compaction needs of each record: its place, its bytes, and whether it is a marker.
+COMPACTION_COLUMNS = ("partition", "offset", "key", "value", "record_type")
 
 # ---------------------------------------------------------------------------------------
 # The log, compacted
@@ -107,70 +98,19 @@ def with_lag(offsets: DataFrame, log_ends: DataFrame) -> DataFrame:
 
 # ---------------------------------------------------------------------------------------
 # Compaction
+#
+# No retention is judged here: which groups expired is the coordinator's rule alone
+# (``coordinator/offsets.py``), applied live and after every load, checkpoint or not.
 
 
-def expired_groups(latest: DataFrame, now_ms: int, default_retention_ms: int) -> DataFrame:
-    """Groups empty for longer than their offsets retention (KIP-211): column ``group_id``.
-
-    A group's retention comes from its settings record; groups without one use the default.
-    """
-    empty = live(latest).where(
-        (F.col("record_type") == columns.GROUP_LIFECYCLE) & (F.col("empty_since_ms") >= 0)
-    )
-    settings = live(latest).where(F.col("record_type") == columns.GROUP_CONFIG)
-    joined = empty.select("group_id", "empty_since_ms").join(
-        settings.select("group_id", "offsets_retention_ms"), "group_id", "left"
-    )
-    retention = F.coalesce(F.col("offsets_retention_ms"), F.lit(default_retention_ms))
-    return joined.where(F.lit(now_ms) - F.col("empty_since_ms") >= retention).select("group_id")
-
-
-def deleted_groups(latest: DataFrame) -> DataFrame:
-    """Groups whose settings were tombstoned (the group was deleted): column ``group_id``.
-
-    Any record of such a group that is still live was left behind (a deletion cut short) and
-    must go too.
-    """
-    return (
-        latest.where((F.col("record_type") == columns.GROUP_CONFIG) & F.col("value").isNull())
-        .select("group_id")
-        .distinct()
-    )
-
-
-def compaction_tombstones(latest: DataFrame, now_ms: int, default_retention_ms: int) -> DataFrame:
-    """Tombstones for every live record of an expired or deleted group but its owner record.
-
-    The owner record names the ConsumerGroup resource that owns the group id; it outlives
-    the group's records, as only that resource's deletion gives the id up.
-
-    Columns: partition (state topic), key, group_id, record_type, reason (expired | deleted).
-    """
-    doomed = (
-        expired_groups(latest, now_ms, default_retention_ms)
-        .withColumn("reason", F.lit("expired"))
-        .unionByName(deleted_groups(latest).withColumn("reason", F.lit("deleted")))
-        # A group both expired and deleted is tombstoned once, as deleted.
-        .groupBy("group_id")
-        .agg(F.min("reason").alias("reason"))
-    )
-    return (
-        live(latest)
-        .where(F.col("record_type") != columns.GROUP_OWNER)
-        .join(doomed, "group_id")
-        .select("partition", "key", "group_id", "record_type", "reason")
-    )
-
-
-def checkpoint_records(latest: DataFrame, tombstones: DataFrame) -> DataFrame:
-    """What a loader needs: the live records minus those being tombstoned, minus markers.
+def checkpoint_records(latest: DataFrame) -> DataFrame:
+    """What a loader needs: the newest live record of every key, markers left out.
 
     Columns: partition, offset, key, value (ordered per partition by offset when written).
     """
     return (
         live(latest)
         .where(F.col("record_type") != columns.LOAD_MARKER)
-        .join(tombstones.select("key"), "key", "left_anti")
         .select("partition", "offset", "key", "value")
     )
 

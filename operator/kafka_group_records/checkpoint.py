@@ -4,10 +4,15 @@ A checkpoint is a directory with two files:
 
 * ``records.parquet``: the state topic's newest live record per key, columns
   ``partition int32, offset int64, key binary, value binary`` (value never null), sorted by
-  partition then offset. Load markers and the records of expired or deleted groups are left out.
+  partition then offset. Load markers are left out. Nothing is judged: the records of a group
+  whose offsets expired stay, as they stay in the log, and the loader's coordinator expires
+  them after the load by its own retention rule (KIP-211), as it would after a full load.
 * ``checkpoint.json``: ``{"format": 1, "topic": ..., "endOffsets": {"<partition>": <offset>},
-  "records": n, "tombstones": n, "createdAtMs": ms}``. ``endOffsets[p]`` is exclusive: the
-  checkpoint covers offsets ``[0, endOffsets[p])`` of partition ``p``.
+  "records": n, "createdAtMs": ms, "fence": kind}``. ``endOffsets[p]`` is exclusive: the
+  checkpoint covers offsets ``[0, endOffsets[p])`` of partition ``p``. ``fence`` says where
+  those ends came from (``coordinator``: markers the coordinator appended on request;
+  ``last-stable-offset``: the partitions' last stable offsets, with no coordinator asked).
+  Checkpoints of earlier versions carry a ``tombstones`` count instead, which is ignored.
 
 How a loader uses it, per state partition ``p``: decode and replay the checkpoint's rows of
 ``p`` in order (each is the newest live value of its key up to the covered end), then consume
@@ -43,8 +48,8 @@ class CheckpointManifest:
     # partition -> first offset NOT covered by the checkpoint
     end_offsets: dict[int, int] = field(default_factory=dict)
     records: int = 0
-    tombstones: int = 0
     created_at_ms: int = 0
+    fence: str = ""
 
     def tail_start(self, partition: int) -> int:
         """Where a loader continues reading partition ``partition`` after the checkpoint."""
@@ -57,8 +62,8 @@ def manifest_document(manifest: CheckpointManifest) -> dict[str, Any]:
         "topic": manifest.topic,
         "endOffsets": {str(p): offset for p, offset in sorted(manifest.end_offsets.items())},
         "records": manifest.records,
-        "tombstones": manifest.tombstones,
         "createdAtMs": manifest.created_at_ms,
+        "fence": manifest.fence,
     }
 
 
@@ -72,8 +77,8 @@ def parse_manifest(text: str) -> CheckpointManifest:
             topic=str(document["topic"]),
             end_offsets={int(p): int(o) for p, o in document["endOffsets"].items()},
             records=int(document["records"]),
-            tombstones=int(document.get("tombstones", 0)),
             created_at_ms=int(document.get("createdAtMs", 0)),
+            fence=str(document.get("fence", "")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         if isinstance(error, CheckpointError):

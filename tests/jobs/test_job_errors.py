@@ -116,9 +116,24 @@ WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
     ),
     (
         "restore",
-        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest"],
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest", "--dry-run"],
         "cannot reach any Kafka bootstrap server (127.0.0.1:1: Connection refused)",
         1,
+    ),
+    (
+        # Only the coordinator writes the state topic: no fallback that appends commits.
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest"],
+        "a restore is applied by the coordinator, and none was named: start one (in a cluster"
+        " the operator is one; locally `kgo coordinator --bootstrap B --topic T --tokens FILE`)"
+        " and pass --coordinator-url URL with the group's --token, or use --dry-run to only plan",
+        1,
+    ),
+    (
+        "compaction",
+        ["--bootstrap", REFUSED, "--output", "file:///ckpt", "--coordinator-url", "http://c:80"],
+        "--coordinator-url needs --group: its token authenticates",
+        2,
     ),
     (
         "snapshot",
@@ -145,9 +160,10 @@ WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
         2,
     ),
     (
+        # Retention is the coordinator's rule alone: compaction takes none.
         "compaction",
-        ["--bootstrap", REFUSED, "--output", "file:///c", "--default-retention-ms", "-1"],
-        "--default-retention-ms must not be negative",
+        ["--bootstrap", REFUSED, "--output", "file:///c", "--default-retention-ms", "1"],
+        "unrecognized arguments: --default-retention-ms 1",
         2,
     ),
 ]

@@ -7,9 +7,11 @@ run on the shared session exactly as their ``main`` runs them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,12 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from kafka_group_jobs import arguments, compaction, restore, snapshot, source, topics
+from kafka_group_jobs import arguments, compaction, fence, restore, snapshot, source, topics
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_records import checkpoint, codec, partitioning, records
+from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_records import checkpoint, codec, partitioning, records, results
+from tests.support import groups
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -55,8 +59,14 @@ def fill_data_topic(bootstrap: str, topic: str) -> None:
 
 
 def append(bootstrap: str, state_topic: str, entries: list[tuple[records.Record, int]]) -> None:
-    """Appends records to their group's state partition with the given append times."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    """Appends records to their group's state partition with the given append times.
+
+    Unbatched, so that the test broker's last stable offset (the end a job reads up to with no
+    coordinator running) is exact: it reports a wrong one after batched produces.
+    """
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "batch.num.messages": 1, "linger.ms": 0}
+    )
     for record, at in entries:
         group = records.group_of(record.key)
         assert group is not None
@@ -159,16 +169,23 @@ def test_snapshot_change_restore_gives_back_the_snapshot(
 
     # The group moves on, then is restored to the snapshot.
     append(bootstrap, state_topic, commits(group, data, {0: 18, 1: 2, 2: 19}, T0 + 120_000))
-    rows, missing = restore.plan(
+    rows, missing, read_fence = restore.plan(
         spark, bootstrap, state_topic, group, "snapshot", snapshot_location=location
     )
     assert missing == []
+    assert read_fence == fence.LAST_STABLE_OFFSET
     assert [(r["partition"], r["current_offset"], r["new_offset"], r["clamp"]) for r in rows] == [
         (0, 18, 5, None),
         (1, 2, 7, None),
         (2, 19, 9, None),
     ]
-    restore.write_to_state_topic(bootstrap, state_topic, group, rows, {})
+    # The coordinator applies the plan (here: its records, as it would append them).
+    restored_at = T0 + 180_000
+    append(
+        bootstrap,
+        state_topic,
+        commits(group, data, {r["partition"]: r["new_offset"] for r in rows}, restored_at),
+    )
     after = f"file://{tmp_path}/snap-2"
     restored = snapshot.take(spark, bootstrap, state_topic, group, after)
     assert offsets_of(spark, after) == offsets_of(spark, location)
@@ -190,12 +207,12 @@ def test_reset_plan_clamps_and_dry_run_writes_nothing(
     before = f"file://{tmp_path}/before"
     snapshot.take(spark, bootstrap, state_topic, group, before)
 
-    rows, _ = restore.plan(spark, bootstrap, state_topic, group, "shift-by", value=-6)
+    rows, _, _ = restore.plan(spark, bootstrap, state_topic, group, "shift-by", value=-6)
     assert [(r["partition"], r["new_offset"], r["clamp"]) for r in rows] == [
         (0, 0, "earliest"),
         (1, 1, None),
     ]
-    rows, _ = restore.plan(
+    rows, _, _ = restore.plan(
         spark, bootstrap, state_topic, group, "offset", value=500, scope_topics=(data,)
     )
     assert [(r["partition"], r["current_offset"], r["new_offset"], r["clamp"]) for r in rows] == [
@@ -227,21 +244,24 @@ def test_reset_plan_clamps_and_dry_run_writes_nothing(
     assert offsets_of(spark, after) == {(data, 0): 5, (data, 1): 7}
 
 
-def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
+def test_compaction_writes_a_checkpoint_and_nothing_else(
     spark: SparkSession,
     broker: embedded.EmbeddedBroker,
     names: dict[str, str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Jobs read and plan; only the coordinator writes. Compaction appends no tombstone and no
+    marker and judges no retention: the expired group's records stay in the checkpoint, and
+    the coordinator that loads it expires them by its own rule (KIP-211)."""
     bootstrap, state_topic, data = broker.bootstrap, names["state"], names["data"]
     create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
     day = 24 * 3600 * 1000
     now = T0 + 30 * day
     live_group, old_group, gone_group = f"live-{data}", f"old-{data}", f"gone-{data}"
     entries: list[tuple[records.Record, int]] = []
-    for round_ in range(5):  # superseded commits that compaction drops
-        entries += commits(live_group, data, {0: round_, 1: 10 + round_}, T0 + round_)
+    for round_ in range(5):  # superseded commits that compaction drops (a day old at ``now``)
+        entries += commits(live_group, data, {0: round_, 1: 10 + round_}, now - day + round_)
     entries += commits(old_group, data, {0: 3}, T0)
     entries.append(
         (records.Record(records.GroupLifecycleKey(old_group), records.GroupLifecycleValue(T0)), T0)
@@ -255,20 +275,25 @@ def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
     entries += commits(gone_group, data, {0: 8}, T0)
     entries.append((records.Record(records.GroupConfigKey(gone_group), None), T0 + 1))
     append(bootstrap, state_topic, entries)
+    every = range(STATE_PARTITIONS)
+    before = topics.stable_ends(bootstrap, state_topic, every)
 
     location = tmp_path / "checkpoint"
     assert compaction.main([
         "--bootstrap", bootstrap, "--topic", state_topic, "--output", f"file://{location}",
-        "--now-ms", str(now),
     ]) == 0  # fmt: skip
+    # Nothing was appended to the state topic: no tombstone, no marker.
+    assert topics.stable_ends(bootstrap, state_topic, every) == before
+    assert sum(before.values()) == len(entries)
     parsed = checkpoint.parse_manifest((location / checkpoint.MANIFEST_FILE).read_text())
-    assert parsed.tombstones == 3  # old: commit + lifecycle; gone: the commit left behind
+    assert parsed.end_offsets == before
+    assert parsed.fence == fence.LAST_STABLE_OFFSET
     out, err = capsys.readouterr()
-    covered = ", ".join(f"{p}: below {end}" for p, end in sorted(parsed.end_offsets.items()))
+    covered = ", ".join(f"{p}: below {end}" for p, end in sorted(before.items()))
     assert out.splitlines() == [
         f"checkpoint of {state_topic} written to file://{location}",
-        "  3 live records kept, 3 tombstones appended to the topic",
-        f"  state-topic offsets covered, per partition: {covered}",
+        "  6 live records kept",
+        f"  state-topic offsets covered, per partition: {covered} (read fence: last-stable-offset)",
     ]
     # Three groups use at most three of the four partitions: the empty ones count as done.
     assert (
@@ -276,26 +301,49 @@ def test_compaction_tombstones_expired_and_deleted_groups_and_checkpoints(
         in err.splitlines()
     )
     table = pq.read_table(location / checkpoint.RECORDS_FILE).to_pylist()
-    assert parsed.records == len(table) == 3  # live: two commits + its lifecycle record
+    # live: two commits + lifecycle; old: commit + lifecycle; gone: the commit left behind.
+    assert parsed.records == len(table) == 6
     assert [(r["partition"], r["offset"]) for r in table] == sorted(
         (r["partition"], r["offset"]) for r in table
     )
     kept_groups = {records.group_of(codec.decode_key(r["key"])) for r in table}
-    assert kept_groups == {live_group}
+    assert kept_groups == {live_group, old_group, gone_group}
 
     # A loader on checkpoint + tail reaches the same state as one replaying the whole log.
-    ends = topics.mark_ends(bootstrap, state_topic)
-    whole = replay({}, read_log(bootstrap, state_topic, {}, ends))
+    whole = replay({}, read_log(bootstrap, state_topic, {}, before))
     from_checkpoint = replay(
         {r["key"]: r["value"] for r in table},
-        read_log(bootstrap, state_topic, {p: parsed.tail_start(p) for p in ends}, ends),
+        read_log(bootstrap, state_topic, {p: parsed.tail_start(p) for p in before}, before),
     )
     assert from_checkpoint == whole
-    decoded = {
-        codec.decode_key(k): codec.decode_value(codec.decode_key(k), v) for k, v in whole.items()
-    }
-    assert decoded[records.OffsetCommitKey(live_group, data, 0)].offset == 4  # type: ignore[union-attr]
-    assert {records.group_of(key) for key in decoded} == {live_group}
+
+    # The coordinator loading the checkpoint judges retention itself: the old group, empty
+    # for 30 days with the default 7-day retention, expires; the live group, which committed
+    # a day ago, stays. Its clock
+    # starts at ``now`` and runs, so that its timers fire.
+    started = time.monotonic()
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=bootstrap,
+        topic=state_topic,
+        partitions=STATE_PARTITIONS,
+        clock_ms=lambda: now + int((time.monotonic() - started) * 1000),
+        timer_interval_ms=100,
+        checkpoint_uri=f"file://{location}",
+    )
+
+    async def committers_after_expiry() -> set[str]:
+        async with groups.running(config) as runtime:
+            for _ in range(100):
+                state = runtime.canonical_state()
+                found = {group for shard in state.values() for group in shard["offsets"]}
+                if old_group not in found:
+                    return found
+                await asyncio.sleep(0.1)
+            return found
+
+    committers = asyncio.run(committers_after_expiry())
+    assert live_group in committers
+    assert old_group not in committers
 
 
 def test_snapshot_main_runs_under_python_m(
@@ -316,7 +364,7 @@ def test_snapshot_main_runs_under_python_m(
             "--bootstrap", bootstrap, "--topic", state_topic, "--group", group,
             "--output", f"file://{tmp_path}/s", "--json",
         ]) == 0  # fmt: skip
-    out: dict[str, Any] = arguments.parse_result(buffer.getvalue()) or {}
+    out: dict[str, Any] = results.parse_result(buffer.getvalue()) or {}
     assert out["records"] == 1
     assert out["partitions"] == {data: [0]}
     assert out["location"] == f"file://{tmp_path}/s"
@@ -346,8 +394,10 @@ def test_restore_commits_through_the_coordinators_http_api(
                 "--group", local.group, "--to", "offset", "--value", "7", "--topics", local.topic,
                 "--coordinator-url", local.coordinator_url, "--token", local.token, "--json",
             ]) == 0  # fmt: skip
-        audit = arguments.parse_result(buffer.getvalue())
+        audit = results.parse_result(buffer.getvalue())
         assert audit is not None
+        # The commits were read up to the coordinator's own read fence.
+        assert audit["fence"] == fence.COORDINATOR
         assert [(p["partition"], p["oldOffset"], p["newOffset"]) for p in audit["partitions"]] == [
             (partition, None, 7) for partition in range(DATA_PARTITIONS)
         ]
@@ -428,7 +478,7 @@ def test_jobs_print_tables_and_warn_on_clamps_and_offsets_past_the_log_end(
     assert restore.main([*common, "--to", "shift-by", "--value", "-10", "--dry-run", "--json"]) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1
-    audit = arguments.parse_result(out)
+    audit = results.parse_result(out)
     assert audit is not None
     assert [(p["partition"], p["newOffset"], p["clamp"]) for p in audit["partitions"]] == [
         (0, 0, "earliest"),
@@ -469,7 +519,7 @@ def test_a_snapshot_of_a_group_without_offsets_fails_unless_allowed(
     assert not (tmp_path / "s").exists()
 
     assert snapshot.main([*misspelled, "--output", output, "--allow-empty", "--json"]) == 0
-    manifest = arguments.parse_result(capsys.readouterr().out)
+    manifest = results.parse_result(capsys.readouterr().out)
     assert manifest is not None
     assert (manifest["records"], manifest["partitions"]) == (0, {})
     assert (tmp_path / "s" / snapshot.MANIFEST_FILE).exists()

@@ -116,27 +116,21 @@ def test_with_lag_joins_log_ends_and_never_goes_negative(spark: SparkSession) ->
     assertDataFrameEqual(transforms.with_lag(offsets, ends), expected)
 
 
-def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSession) -> None:
-    now = 10 * DAY_MS
+def test_checkpoint_records_keep_every_live_record_and_judge_no_retention(
+    spark: SparkSession,
+) -> None:
+    """Expiry is the coordinator's alone: an expired group's records stay in the checkpoint,
+    as they stay in the log; tombstoned keys and load markers are left out."""
     latest = state(
         spark,
         [
-            # "old": empty for 8 days, default retention 7 days -> expired.
+            # "old": empty for 8 days with the default retention of 7: the coordinator's call.
             group_record(columns.GROUP_LIFECYCLE, "old", 0, empty_since_ms=2 * DAY_MS),
             commit("old", "t", 0, 4, 0, 1),
-            # "kept": empty for 8 days but keeps offsets for 30 -> stays.
-            group_record(columns.GROUP_LIFECYCLE, "kept", 2, empty_since_ms=2 * DAY_MS),
-            group_record(columns.GROUP_CONFIG, "kept", 3, offsets_retention_ms=30 * DAY_MS),
-            commit("kept", "t", 0, 6, 0, 4),
-            # "busy": has members (empty_since -1) -> stays.
-            group_record(columns.GROUP_LIFECYCLE, "busy", 5, empty_since_ms=-1),
-            commit("busy", "t", 0, 8, 0, 6),
-            # "gone": settings tombstoned, one commit left behind -> deleted.
+            # "gone": settings tombstoned (left out), one commit left behind (kept, as in the log).
             group_record(columns.GROUP_CONFIG, "gone", 7, tombstone=True),
             commit("gone", "t", 0, 2, 0, 8),
-            # Ownership of a group id outlives its records: only the owner gives it up.
             group_record(columns.GROUP_OWNER, "old", 10),
-            group_record(columns.GROUP_OWNER, "gone", 11),
             {
                 "partition": 0,
                 "offset": 9,
@@ -147,22 +141,8 @@ def test_compaction_tombstones_expired_and_deleted_groups_only(spark: SparkSessi
             },
         ],
     )
-    tombstones = transforms.compaction_tombstones(latest, now, 7 * DAY_MS)
-    assertDataFrameEqual(
-        tombstones.select("key", "group_id", "reason"),
-        spark.createDataFrame(
-            [
-                (b"group_lifecycle/old", "old", "expired"),
-                (b"old/t/0", "old", "expired"),
-                (b"gone/t/0", "gone", "deleted"),
-            ],
-            "key BINARY, group_id STRING, reason STRING",
-        ),
-    )
-    kept = transforms.checkpoint_records(latest, tombstones).select("offset")
-    assertDataFrameEqual(
-        kept, spark.createDataFrame([(2,), (3,), (4,), (5,), (6,), (10,), (11,)], "offset BIGINT")
-    )
+    kept = transforms.checkpoint_records(latest).select("offset")
+    assertDataFrameEqual(kept, spark.createDataFrame([(0,), (1,), (8,), (10,)], "offset BIGINT"))
 
 
 BOUNDS_DDL = (

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from kafka_group_jobs import topics
+from kafka_group_jobs import fence, topics
 from kafka_group_operator import cli
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
@@ -58,9 +58,10 @@ def commit(group: str, offsets: Mapping[tuple[str, int], int]) -> messages.Offse
 
 
 def take_checkpoint(bootstrap: str, topic: str, location: Path) -> dict[int, int]:
-    """What the compaction job does, without Spark: read every partition up to fresh markers,
-    keep each key's newest record, leave out tombstoned keys and markers."""
-    ends = topics.mark_ends(bootstrap, topic)
+    """What the compaction job does, without Spark and with no coordinator running: read every
+    partition up to its last stable offset, keep each key's newest record, leave out tombstoned
+    keys and markers."""
+    ends = topics.stable_ends(bootstrap, topic, range(PARTITIONS))
     rows: list[tuple[int, int, bytes, bytes]] = []
     consumer = Consumer(topics.reader_config(bootstrap))
     try:
@@ -76,7 +77,9 @@ def take_checkpoint(bootstrap: str, topic: str, location: Path) -> dict[int, int
             ]
     finally:
         consumer.close()
-    manifest = checkpoint.CheckpointManifest(topic, ends, len(rows), 0, NOW_MS)
+    manifest = checkpoint.CheckpointManifest(
+        topic, ends, len(rows), NOW_MS, fence.LAST_STABLE_OFFSET
+    )
     checkpoints.write(location, manifest, rows)
     return ends
 

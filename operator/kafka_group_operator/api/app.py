@@ -61,6 +61,10 @@ class Coordinator(Protocol):
 
     async def list_groups(self) -> list[str]: ...
 
+    async def read_fence(self, group_id: str, all_partitions: bool = False) -> dict[int, int]:
+        """Load markers appended through the coordinator's writer; their offsets."""
+        ...
+
 
 COORDINATOR_KEY = web.AppKey("coordinator", Coordinator)
 TOKENS_KEY = web.AppKey("tokens", tokens.TokenStore)
@@ -231,6 +235,14 @@ async def _list(request: web.Request) -> web.Response:
     return web.json_response({"groups": listed})
 
 
+async def _read_fence(request: web.Request) -> web.Response:
+    """A job's read fence (the body is optional: ``{}`` fences the group's partition)."""
+    group = _group(request)
+    raw = await _json_body(request) if request.can_read_body else {}
+    ends = await _coordinator(request).read_fence(group, wire.decode_read_fence(raw))
+    return web.json_response(wire.encode_read_fence(ends))
+
+
 async def _find_coordinator(request: web.Request) -> web.Response:
     """The group's coordinator, from the partition set and the peers map (no state read)."""
     group = _group(request)
@@ -279,6 +291,7 @@ def build_app(
     app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
+    app.router.add_post("/v1/groups/{group}/read-fence", _read_fence)
     app.router.add_get("/v1/groups/{group}/coordinator", _find_coordinator)
     app.router.add_get("/v1/groups/{group}", _describe)
     app.router.add_get("/v1/groups", _list)

@@ -316,6 +316,31 @@ _SCHEMAS: dict[str, Schema] = {
             }
         },
     },
+    "ReadFenceRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "allPartitions": {
+                "type": "boolean",
+                "default": False,
+                "description": "Fence every state partition (a compaction), not only the "
+                "group's (a snapshot or a restore).",
+            },
+        },
+    },
+    "ReadFence": {
+        "type": "object",
+        "required": ["fence", "endOffsets"],
+        "properties": {
+            "fence": {"type": "string", "enum": ["coordinator"]},
+            "endOffsets": {
+                "type": "object",
+                "description": "Per state partition (the key, as decimal text), the offset of "
+                "the load marker just appended: the exclusive end a reader must cover.",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+        },
+    },
     "Health": {
         "type": "object",
         "required": ["status"],
@@ -472,6 +497,26 @@ def document() -> Schema:
                             "content": _json(_ref("OffsetFetchResponse")),
                         },
                         **_errors(*_AUTH_ERRORS, 404, 409),
+                    },
+                },
+            },
+            "/v1/groups/{group}/read-fence": {
+                "parameters": [_GROUP_PARAMETER],
+                "post": {
+                    "operationId": "readFence",
+                    "summary": "A read fence for a job reading the state topic: the coordinator "
+                    "appends a load marker to the group's state partition (or to every one) "
+                    "and returns the offsets to read up to; every write it acknowledged before "
+                    "lies below them. Jobs never write the state topic. Authenticated with the "
+                    "group's token, also for allPartitions: a marker changes no state and the "
+                    "reply holds only state-topic offsets.",
+                    "requestBody": {"required": False, "content": _json(_ref("ReadFenceRequest"))},
+                    "responses": {
+                        "200": {
+                            "description": "The offsets to read up to.",
+                            "content": _json(_ref("ReadFence")),
+                        },
+                        **_errors(*_AUTH_ERRORS),
                     },
                 },
             },

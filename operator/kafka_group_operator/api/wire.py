@@ -257,6 +257,25 @@ def encode_commit(response: messages.OffsetCommitResponse) -> Json:
     }
 
 
+def decode_read_fence(value: object) -> bool:
+    """A read-fence request body: ``{"allPartitions": bool}`` (optional); whether to fence
+    every state partition rather than only the group's."""
+    body = _object(value, "body")
+    _check_fields(body, frozenset({"allPartitions"}), frozenset())
+    all_partitions = body.get("allPartitions", False)
+    if not isinstance(all_partitions, bool):
+        raise _fail("allPartitions", "a boolean")
+    return all_partitions
+
+
+def encode_read_fence(end_offsets: Mapping[int, int]) -> Json:
+    """The exclusive end a reader must cover, per state partition, as the coordinator fenced."""
+    return {
+        "fence": "coordinator",
+        "endOffsets": {str(partition): offset for partition, offset in sorted(end_offsets.items())},
+    }
+
+
 def decode_fetch(group_id: str, query: Mapping[str, list[str]]) -> messages.OffsetFetchRequest:
     """Query ``?partition=topic:0&partition=topic:1&memberId=...&memberEpoch=...``."""
     unknown = sorted(set(query) - {"partition", "memberId", "memberEpoch"})

@@ -69,6 +69,7 @@ from kafka_group_operator.assignors import api as assignors_api
 from kafka_group_operator.coordinator import errors, messages, result, shard
 from kafka_group_operator.runtime import errors as runtime_errors
 from kafka_group_operator.runtime import loader, mirror, topic, writer
+from kafka_group_operator.runtime import metrics as runtime_metrics
 from kafka_group_records import codec, partitioning, records
 
 logger = logging.getLogger(__name__)
@@ -218,6 +219,9 @@ class CoordinatorRuntime:
         # (topic, partition) -> time.monotonic() a describe last asked for it
         self._log_ends_wanted: dict[tuple[str, int], float] = {}
         self._log_ends_asked = asyncio.Event()
+        # Counters and histograms updated as requests are served; gauges are read at scrape
+        # time from memory (runtime.metrics.registry_for).
+        self.metrics = runtime_metrics.RuntimeMetrics()
         # Groups' offsets mirrored into the brokers' own groups (the operator configures it).
         self.mirror = mirror.OffsetMirror(self.committed_offsets)
 
@@ -322,8 +326,16 @@ class CoordinatorRuntime:
     # Requests
 
     async def heartbeat(self, request: messages.HeartbeatRequest) -> messages.HeartbeatResponse:
-        response: messages.HeartbeatResponse = await self._write(
-            request.group_id, lambda s, now: s.heartbeat(request, now)
+        started = time.perf_counter()
+        try:
+            response: messages.HeartbeatResponse = await self._write(
+                request.group_id, lambda s, now: s.heartbeat(request, now)
+            )
+        except Exception as error:
+            self.metrics.request_failed("heartbeat", error)
+            raise
+        self.metrics.heartbeat_answered(
+            request.group_id, time.perf_counter() - started, self._group_state(request.group_id)
         )
         return response
 
@@ -349,8 +361,16 @@ class CoordinatorRuntime:
     async def classic_heartbeat(
         self, request: messages.ClassicHeartbeatRequest
     ) -> messages.ClassicHeartbeatResponse:
-        response: messages.ClassicHeartbeatResponse = await self._write(
-            request.group_id, lambda s, now: s.classic_heartbeat(request, now)
+        started = time.perf_counter()
+        try:
+            response: messages.ClassicHeartbeatResponse = await self._write(
+                request.group_id, lambda s, now: s.classic_heartbeat(request, now)
+            )
+        except Exception as error:
+            self.metrics.request_failed("heartbeat", error)
+            raise
+        self.metrics.heartbeat_answered(
+            request.group_id, time.perf_counter() - started, self._group_state(request.group_id)
         )
         return response
 
@@ -365,10 +385,20 @@ class CoordinatorRuntime:
     async def commit_offsets(
         self, request: messages.OffsetCommitRequest
     ) -> messages.OffsetCommitResponse:
-        response: messages.OffsetCommitResponse = await self._write(
-            request.group_id, lambda s, now: s.commit_offsets(request, now), batchable=True
-        )
+        started = time.perf_counter()
+        try:
+            response: messages.OffsetCommitResponse = await self._write(
+                request.group_id, lambda s, now: s.commit_offsets(request, now), batchable=True
+            )
+        except Exception as error:
+            self.metrics.request_failed("offset_commit", error)
+            raise
+        self.metrics.commit_acknowledged(time.perf_counter() - started)
         return response
+
+    def _group_state(self, group_id: str) -> str | None:
+        state = self._partitions[self.partition_of(group_id)].shard
+        return None if state is None else state.group_state(group_id)
 
     async def configure_group(self, settings: messages.GroupSettings) -> None:
         await self._write(settings.group_id, lambda s, now: s.configure_group(settings, now))
@@ -455,6 +485,83 @@ class CoordinatorRuntime:
             oldest = read_at if oldest is None else min(oldest, read_at)
         age = None if oldest is None else max(0, round((now - oldest) * 1000))
         return GroupLag(lag, age)
+
+    async def read_fence(self, group_id: str, all_partitions: bool = False) -> dict[int, int]:
+        """A read fence for a job: appends a load marker (never replayed) to the state partition
+        of ``group_id`` (``all_partitions``: to every one) through this runtime's writer, and
+        returns each marker's offset, the exclusive end a reader must cover. Every write this
+        runtime acknowledged before the call lies below it.
+
+        Jobs never write the state topic themselves; this is how they get a fixed end. Every
+        partition asked for must be served here (else the retriable error saying why); a
+        partition found fenced stops serving, as on any write.
+        """
+        if self._stopped or not self._partitions:
+            raise errors.CoordinatorNotAvailable("the coordinator is not running")
+        if all_partitions:
+            for index in range(len(self._partitions)):
+                self._require_active(index)
+            indexes = list(range(len(self._partitions)))
+        else:
+            indexes = [self._active_shard_index(group_id)]
+        offsets = await asyncio.gather(*(self._append_marker(index) for index in indexes))
+        return dict(zip(indexes, offsets, strict=True))
+
+    def _require_active(self, index: int) -> None:
+        partition = self._partitions[index]
+        if partition.state is PartitionState.ACTIVE:
+            return
+        if partition.state is PartitionState.FENCED:
+            raise _not_coordinator(index)
+        if partition.state is PartitionState.LOADING:
+            raise errors.CoordinatorLoadInProgress(f"state partition {index} is loading")
+        raise errors.CoordinatorNotAvailable(f"state partition {index} is not served")
+
+    async def _append_marker(self, index: int) -> int:
+        partition = self._partitions[index]
+        marker = codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(),
+                records.LoadMarkerValue(
+                    self._writer.marker_nonce("read-fence"), self.config.clock_ms()
+                ),
+            )
+        )
+        started = time.monotonic()
+        try:
+            offset = await self._writer.append(index, [marker])
+        except runtime_errors.WriterFenced as error:
+            self._fence(partition, error, [])
+            raise _not_coordinator(index) from error
+        except runtime_errors.WriteFailed as error:
+            # A marker changes no state: nothing to reload; the caller may ask again.
+            raise errors.CoordinatorNotAvailable(
+                f"state partition {index}: read fence not written: {error}"
+            ) from error
+        partition.confirmed_at = max(partition.confirmed_at, started)
+        return offset
+
+    def loaded_shards(self) -> list[shard.CoordinatorShard]:
+        """The shards of the partitions served now (for reads at metrics scrape time)."""
+        return [
+            partition.shard
+            for partition in self._partitions
+            if partition.state is PartitionState.ACTIVE and partition.shard is not None
+        ]
+
+    def partition_states(self) -> dict[str, int]:
+        """How many state partitions are in each ``PartitionState`` (by its value)."""
+        return dict(collections.Counter(partition.state.value for partition in self._partitions))
+
+    def log_end(self, tp: tuple[str, int]) -> int | None:
+        """The cached log-end offset of ``tp``, never waiting for the brokers; asking keeps
+        it refreshed in the background (None until first read)."""
+        self._log_ends_wanted[tp] = time.monotonic()
+        cached = self._log_ends.get(tp)
+        if cached is None:
+            self._log_ends_asked.set()
+            return None
+        return cached[0]
 
     def canonical_state(self) -> dict[int, dict[str, Any]]:
         """Every loaded partition's hard state as plain data, for checks and debugging."""
@@ -585,6 +692,7 @@ class CoordinatorRuntime:
                     self._reload(partition, f"write not acknowledged: {error}")
                 return
             partition.confirmed_at = max(partition.confirmed_at, started)
+            self.metrics.appended(len(encoded), time.monotonic() - started)
             try:
                 for _, outcome in accepted:
                     for record in outcome.records:
@@ -659,8 +767,10 @@ class CoordinatorRuntime:
                 fresh.replay(record)
             return fresh
 
+        started = time.monotonic()
         try:
             await self._loader.load(indexes, build, self._loaded)
+            self.metrics.load_seconds.observe(time.monotonic() - started)
         except Exception as error:
             # E.g. no consumer could be created: these partitions will not load by themselves.
             logger.exception("loading state partitions %s failed", indexes)
@@ -783,6 +893,7 @@ class CoordinatorRuntime:
                 if asked_at < forget_before:
                     del self._log_ends_wanted[tp]
                     self._log_ends.pop(tp, None)
+            self.metrics.forget_stale_histories()
             if self._log_ends_wanted and self._admin is not None:
                 try:
                     await self._read_log_ends(self._admin, list(self._log_ends_wanted))
@@ -794,6 +905,7 @@ class CoordinatorRuntime:
     async def _read_log_ends(self, admin: AdminClient, wanted: list[tuple[str, int]]) -> None:
         requests = {KafkaTopicPartition(name, index): _LATEST for name, index in wanted}
         read_at = time.monotonic()
+        read_at_wall = time.time()
         try:
             futures = admin.list_offsets(requests, request_timeout=self.config.admin_timeout_s)
         except KafkaException as error:
@@ -806,6 +918,7 @@ class CoordinatorRuntime:
                 logger.debug("no log-end offset for %s: %s", partition, error)
                 continue
             self._log_ends[(partition.topic, partition.partition)] = (end, read_at)
+            self.metrics.log_end_read((partition.topic, partition.partition), end, read_at_wall)
 
     async def _poll_metadata(self) -> None:
         while not self._stopped:
