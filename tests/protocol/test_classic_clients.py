@@ -333,14 +333,14 @@ async def stable_with(
     return await runtime.describe_group(group)
 
 
-# A kafka-python static member in its own process, so that it can be killed like a pod.
+# A kafka-python member in its own process, so that it can be killed like a pod.
 STATIC_CONSUMER = """
 import sys
 from kafka import KafkaConsumer
-port, group, topic, instance = sys.argv[1:]
+port, group, topic, instance, session = sys.argv[1:]
 consumer = KafkaConsumer(
-    bootstrap_servers=f"127.0.0.1:{port}", group_id=group, group_instance_id=instance,
-    session_timeout_ms=10_000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
+    bootstrap_servers=f"127.0.0.1:{port}", group_id=group, group_instance_id=instance or None,
+    session_timeout_ms=int(session), heartbeat_interval_ms=300, auto_offset_reset="earliest",
 )
 consumer.subscribe([topic])
 while True:
@@ -348,9 +348,21 @@ while True:
 """
 
 
-def static_consumer(port: int, group: str, topic: str, instance: str) -> subprocess.Popen[bytes]:
+def static_consumer(
+    port: int, group: str, topic: str, instance: str, session_timeout_ms: int = 10_000
+) -> subprocess.Popen[bytes]:
+    """A kafka-python consumer process; static unless ``instance`` is empty."""
     return subprocess.Popen(
-        [sys.executable, "-c", STATIC_CONSUMER, str(port), group, topic, instance],
+        [
+            sys.executable,
+            "-c",
+            STATIC_CONSUMER,
+            str(port),
+            group,
+            topic,
+            instance,
+            str(session_timeout_ms),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -407,6 +419,38 @@ async def test_classic_member_added_then_static_restart_moves_nothing(
                     offsets={(topic, min(shares["pod-0"])): messages.CommitOffset(1)},
                 )
             )
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(30)
+
+
+async def test_classic_member_killed_loses_its_partitions_after_the_session_timeout(
+    broker: embedded.EmbeddedBroker,
+    open_gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """A kafka-python member killed with SIGKILL sends nothing more: its partitions stay
+    its own until its session timeout (6 s) passes, then move to the survivor."""
+    topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=1)
+    await topic_id(runtime, topic)
+    group = f"killed-{uuid.uuid4().hex[:6]}"
+    session_ms = 6_000
+    processes = [static_consumer(open_gateway.port, group, topic, "", session_ms) for _ in range(2)]
+    try:
+        before = await stable_with(runtime, group, topic, 2)
+        shares = {m.member_id: set(m.assignment[topic]) for m in before.members}
+        processes[0].kill()
+        processes[0].wait(30)
+        killed_at = time.monotonic()
+        # Which of the two processes was killed is not known; the survivor is the member
+        # that ends up with everything.
+        await stable_with(runtime, group, topic, 1)
+        assert time.monotonic() - killed_at >= session_ms / 1000 - 0.5
+        after = await runtime.describe_group(group)
+        (survivor,) = after.members
+        assert survivor.member_id in shares
+        assert set(survivor.assignment[topic]) == set(range(PARTITIONS))
     finally:
         for process in processes:
             process.kill()
