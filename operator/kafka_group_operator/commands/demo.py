@@ -12,7 +12,7 @@ about three minutes; Ctrl-C stops it cleanly too, Spark job included.
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
 rebalance benchmark. A member process is this module run with ``member``: a ``GroupMember``
 that appends what it does to a JSON-lines journal (each processed offset, each assignment
-change), flushed line by line so that even ``kill -9`` leaves an exact record behind.
+change, each commit acknowledged), flushed line by line so that even ``kill -9`` leaves an exact record behind.
 SIGTERM makes a member leave temporarily (epoch -2, as a restarting pod); SIGUSR1 makes it
 leave for good (epoch -1, as a pod removed by a scale-down).
 """
@@ -74,11 +74,20 @@ def member_main(argv: list[str]) -> int:
     def on_change(kind: str) -> group_member.PartitionsCallback:
         return lambda partitions: write({"e": kind, "p": sorted(partitions)})
 
+    def on_commit(
+        offsets: Mapping[TopicPartition, int], failed: Mapping[TopicPartition, str]
+    ) -> None:
+        # "c": the offsets the coordinator acknowledged (what it must never lose).
+        acknowledged = [[t, p, o] for (t, p), o in sorted(offsets.items()) if (t, p) not in failed]
+        if acknowledged:
+            write({"e": "c", "c": acknowledged})
+
     member = group_member.GroupMember(
         member_config,
         on_assigned=on_change("assigned"),
         on_revoked=on_change("revoked"),
         on_lost=on_change("lost"),
+        on_commit=on_commit,
     )
     member.install_signal_handlers()
     signal.signal(signal.SIGUSR1, lambda signum, frame: member.stop(permanent=True))
@@ -120,6 +129,13 @@ class Journal:
         for event in self.events:
             if event["e"] == "m":
                 yield (event["tp"][0], event["tp"][1]), event["o"], event["t"]
+
+    def acknowledged(self) -> Iterator[tuple[TopicPartition, int, float]]:
+        """Every commit the coordinator acknowledged: (topic-partition, offset, wall time)."""
+        for event in self.events:
+            if event["e"] == "c":
+                for topic, partition, offset in event["c"]:
+                    yield (topic, partition), offset, event["t"]
 
     def changes(self, kind: str) -> list[tuple[float, list[TopicPartition]]]:
         return [

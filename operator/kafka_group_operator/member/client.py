@@ -5,6 +5,15 @@ One keep-alive HTTP connection per calling thread. Errors come back as the coord
 ``FENCED_MEMBER_EPOCH`` the same way whether it came from HTTP or anywhere else. A coordinator
 that cannot be reached, or does not answer before the caller's deadline, raises
 ``CoordinatorUnreachable`` (retriable).
+
+Following the coordinator, as Kafka's consumer does with FindCoordinator: when several
+coordinators split the groups, a ``NOT_COORDINATOR`` answer names the group's coordinator
+(``"coordinator": {"url"}``). The client then sends every later request there, and keeps
+doing so until the next ``NOT_COORDINATOR`` (which names the coordinator anew, or, naming none,
+sends the client back to its configured URL), or until that coordinator cannot be reached
+(then the configured URL is asked again, as Kafka marks its coordinator unknown on a
+disconnect). A ``NOT_COORDINATOR`` that named a new address is raised as ``CoordinatorMoved``,
+which the caller may retry at once.
 """
 
 from __future__ import annotations
@@ -26,6 +35,10 @@ Json = dict[str, Any]
 
 class CoordinatorUnreachable(errors.CoordinatorNotAvailable):
     """No HTTP answer from the coordinator (connection refused, reset, timed out)."""
+
+
+class CoordinatorMoved(errors.NotCoordinator):
+    """NOT_COORDINATOR naming another coordinator: later requests go there."""
 
 
 # What a kept-alive connection that the server closed in between fails with on reuse.
@@ -56,19 +69,49 @@ class CoordinatorClient:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
+        self._configured = parsed
+        # Where requests go: the configured URL, or the coordinator a NOT_COORDINATOR named.
+        # Replaced whole (one assignment), so every thread sees one or the other.
         self._parsed = parsed
         self._timeout_s = timeout_s
-        self._base = parsed.path.rstrip("/") + "/v1/groups/" + urllib.parse.quote(group_id, "")
+        self._group_path = "/v1/groups/" + urllib.parse.quote(group_id, "")
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._local = threading.local()
 
+    @property
+    def coordinator_url(self) -> str:
+        """The URL requests go to now (the configured one until a coordinator is named)."""
+        return urllib.parse.urlunsplit(self._parsed)
+
+    def _follow(self, target: urllib.parse.SplitResult) -> bool:
+        """Send later requests to ``target``; True if that is a change."""
+        if target == self._parsed:
+            return False
+        self._parsed = target
+        return True
+
+    def _hinted(self, body: Mapping[str, Any]) -> urllib.parse.SplitResult:
+        """The coordinator a NOT_COORDINATOR body names, else the configured URL."""
+        hint = body.get("coordinator")
+        url = hint.get("url") if isinstance(hint, dict) else None
+        if isinstance(url, str):
+            parsed = urllib.parse.urlsplit(url)
+            if parsed.scheme in ("http", "https") and parsed.hostname:
+                return parsed
+        return self._configured
+
     def _connection(self) -> http.client.HTTPConnection:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is not None and getattr(self._local, "target", None) != self._parsed:
+            # Opened to the coordinator before the one now followed.
+            self._drop_connection()
+            connection = None
         if connection is None:
-            host, port = self._parsed.hostname or "", self._parsed.port
-            if self._parsed.scheme == "https":
+            self._local.target = target = self._parsed
+            host, port = target.hostname or "", target.port
+            if target.scheme == "https":
                 connection = http.client.HTTPSConnection(host, port, timeout=self._timeout_s)
             else:
                 connection = http.client.HTTPConnection(host, port, timeout=self._timeout_s)
@@ -101,10 +144,12 @@ class CoordinatorClient:
         payload = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2):
             connection = self._connection()
+            target: urllib.parse.SplitResult = self._local.target
             reused = connection.sock is not None
+            url_path = target.path.rstrip("/") + self._group_path + path
             try:
                 self._bound(connection, deadline)
-                connection.request(method, self._base + path, body=payload, headers=self._headers)
+                connection.request(method, url_path, body=payload, headers=self._headers)
                 self._bound(connection, deadline)
                 response = connection.getresponse()
                 self._bound(connection, deadline)
@@ -118,6 +163,10 @@ class CoordinatorClient:
                 # the request, and the caller's deadline is what the time was for.
                 stale = reused and isinstance(error, STALE_CONNECTION_ERRORS)
                 if attempt == 2 or not stale or _remaining(deadline) <= 0:
+                    # A followed coordinator that is gone: ask the configured URL again
+                    # (unless another thread has followed a newer hint meanwhile).
+                    if self._parsed == target:
+                        self._follow(self._configured)
                     raise CoordinatorUnreachable(f"coordinator unreachable: {error}") from error
         try:
             decoded = json.loads(raw) if raw else {}
@@ -129,7 +178,12 @@ class CoordinatorClient:
             error_class = errors.BY_NAME.get(decoded["error"], errors.CoordinatorError)
             if issubclass(error_class, REDISCOVER_ERRORS):
                 self._drop_connection()
-            raise error_class(str(decoded.get("message", "")))
+            message = str(decoded.get("message", ""))
+            if issubclass(error_class, errors.NotCoordinator) and self._follow(
+                self._hinted(decoded)
+            ):
+                raise CoordinatorMoved(f"{message} (now following {self.coordinator_url})")
+            raise error_class(message)
         if response.status >= 500:
             self._drop_connection()
             raise CoordinatorUnreachable(f"HTTP {response.status} from the coordinator")
