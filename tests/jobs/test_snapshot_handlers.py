@@ -22,7 +22,7 @@ from kmock._internal import k8s
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.handlers import snapshots
+from kafka_group_operator.jobs import runner as job_runner
 from tests.schemas import spark_operator
 from tests.support import kube, topics
 
@@ -310,6 +310,101 @@ async def test_a_reset_of_unknown_partitions_or_unsubscribed_topics_is_refused(
     assert (condition["status"], condition["reason"]) == ("False", "InvalidResetScope")
 
 
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_an_online_reset_planned_by_a_spark_application(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan runs as a SparkApplication owned by the ConsumerGroup; its audit comes back
+    through results storage and the operator writes it as one administrative commit."""
+    monkeypatch.setenv("KGO_SPARK_RESULTS_URI", f"file://{tmp_path}/results")
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await operator.wait_for(lambda: operator.state.tokens.token_for(f"{NS}.payments"), 60)
+    await commit(operator, {(data_topic, 0): 7, (data_topic, 1): 9})
+    reset = {"to": "offset", "offset": 3, "dryRun": False}
+    path = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/payments"
+    await kube.api_call(kmock, "PATCH", path, {"spec": {"offsetReset": reset}})
+
+    def last_reset() -> dict[str, Any]:
+        return dict(status_of(kmock, CG, "payments").get("lastReset") or {})
+
+    run = await operator.wait_for(lambda: last_reset().get("run"), 60, 0.2)
+    assert run["mode"] == "operator"
+    application = kmock.get(SPARK_APPS, NS, run["name"])
+    assert application is not None
+    jsonschema.Draft7Validator(spark_operator.spark_application_schema()).validate(application)
+    group = kmock.get(CG, NS, "payments")
+    assert group is not None
+    assert application["metadata"]["ownerReferences"][0]["uid"] == group["metadata"]["uid"]
+    assert application["spec"]["mainApplicationFile"].endswith("/restore.py")
+    arguments = application["spec"]["arguments"]
+    assert "--dry-run" in arguments  # the job only plans
+    audit_uri = arguments[arguments.index("--audit") + 1]
+    assert audit_uri == f"file://{tmp_path}/results/{NS}/{run['name']}.json"
+    assert last_reset()["stage"] == "Planning"
+
+    # The spark-operator runs it; the job writes its audit, then completes.
+    await set_application_state(kmock, run["name"], {"state": "RUNNING"})
+    audit = {
+        "group": f"{NS}.payments",
+        "clamped": 0,
+        "partitions": [
+            {"topic": data_topic, "partition": p, "oldOffset": old, "newOffset": 3}
+            for p, old in ((0, 7), (1, 9))
+        ],
+    }
+    target = tmp_path / "results" / NS / f"{run['name']}.json"
+    assert audit_uri == f"file://{target}"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(audit))
+    await set_application_state(kmock, run["name"], {"state": "COMPLETED"})
+    await operator.wait_for(lambda: last_reset().get("phase") in ("Done", "Failed"), 60, 0.2)
+    assert last_reset()["phase"] == "Done", last_reset()
+    assert last_reset()["partitions"] == audit["partitions"]
+    fetched = await operator.call(
+        operator.state.runtime.fetch_offsets(messages.OffsetFetchRequest(group_id=f"{NS}.payments"))
+    )
+    assert {tp: value.offset for tp, value in fetched.offsets.items()} == {
+        (data_topic, 0): 3,
+        (data_topic, 1): 3,
+    }
+    (condition,) = [
+        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
+    ]
+    assert (condition["status"], condition["reason"]) == ("False", "Done")
+
+
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_a_cluster_reset_without_results_storage_fails_and_resumes(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KGO_SPARK_RESULTS_URI", raising=False)
+    reset = {"to": "earliest", "dryRun": False}
+    await create_group(kmock, data_topic, broker.bootstrap, offsetReset=reset)
+    last = await operator.wait_for(
+        lambda: (
+            (found := status_of(kmock, CG, "payments").get("lastReset"))
+            and found.get("stage") == "Done"
+            and found
+        ),
+        60,
+    )
+    assert last["phase"] == "Failed"
+    assert "spark.resultsUri" in last["message"]
+    (condition,) = [
+        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
+    ]
+    assert (condition["status"], condition["reason"]) == ("False", "Failed")
+
+
 # The shape of a local run's stderr: Spark's log4j lines, the job's own error line, then what
 # the JVM logs while it shuts down, stack frames included.
 SPARK_STDERR = """\
@@ -323,14 +418,14 @@ java.lang.IllegalStateException: Shutdown hooks cannot be modified during shutdo
 
 
 def test_a_failed_job_reports_its_error_not_a_stack_frame() -> None:
-    outcome = snapshots.outcome_of(1, "", SPARK_STDERR)
+    outcome = job_runner.outcome_of(1, "", SPARK_STDERR)
     assert not outcome.succeeded
     assert outcome.reason == "[PATH_NOT_FOUND] Path does not exist: file:/backups/x."
 
 
 def test_without_an_error_line_the_java_exception_line_is_the_reason() -> None:
     stderr = SPARK_STDERR.replace("kafka_group_jobs.snapshot: error:", "26/11/23 INFO")
-    reason = snapshots.outcome_of(1, "", stderr).reason
+    reason = job_runner.outcome_of(1, "", stderr).reason
     assert reason == (
         "java.lang.IllegalStateException: Shutdown hooks cannot be modified during shutdown."
     )
@@ -348,5 +443,5 @@ def test_an_uncaught_python_exception_reports_its_line() -> None:
     )
     # Spark keeps logging after the driver's traceback.
     stderr = run.stderr + "26/11/23 10:32:07 WARN SparkEnv: Exception while stopping\n"
-    reason = snapshots.outcome_of(run.returncode, run.stdout, stderr).reason
+    reason = job_runner.outcome_of(run.returncode, run.stdout, stderr).reason
     assert reason == "RuntimeError: the manifest has no offsets"

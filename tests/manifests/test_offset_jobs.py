@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from kafka_group_operator.handlers import snapshots as snapshot_handlers
+from kafka_group_operator.jobs import runner as job_runner
 from kafka_group_operator.manifests import offset_jobs
 
 UTC = datetime.UTC
@@ -163,21 +163,21 @@ def test_scheduled_snapshot_body_and_pruning() -> None:
 
 
 def test_job_outcomes_give_the_result_or_the_clearest_reason() -> None:
-    ok = snapshot_handlers.outcome_of(0, 'log\nKGO-RESULT {"records": 3}\n', "")
-    assert ok == snapshot_handlers.JobOutcome(True, {"records": 3})
-    failed = snapshot_handlers.outcome_of(
+    ok = job_runner.outcome_of(0, 'log\nKGO-RESULT {"records": 3}\n', "")
+    assert ok == job_runner.JobOutcome(True, {"records": 3})
+    failed = job_runner.outcome_of(
         1,
         "",
         "WARN noise\nTraceback...\nkafka_group_jobs.topics.TopicError: topic 's' does not exist\n",
     )
-    assert failed == snapshot_handlers.JobOutcome(
+    assert failed == job_runner.JobOutcome(
         False, reason="kafka_group_jobs.topics.TopicError: topic 's' does not exist"
     )
-    assert snapshot_handlers.outcome_of(137, "", "").reason == "exit status 137"
+    assert job_runner.outcome_of(137, "", "").reason == "exit status 137"
 
 
 def test_spark_defaults_come_from_the_chart_environment() -> None:
-    mode, settings = snapshot_handlers.spark_defaults(
+    mode, settings = job_runner.spark_defaults(
         {
             "KGO_SPARK_MODE": "local",
             "KGO_SPARK_IMAGE": "img:1",

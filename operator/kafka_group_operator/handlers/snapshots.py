@@ -1,23 +1,20 @@
-"""kopf handlers for the Spark jobs: OffsetSnapshots, scheduled snapshots, online resets.
+"""kopf registrations for the Spark jobs: OffsetSnapshots, scheduled snapshots, online resets,
+the state-topic compaction. Thin glue: what to run is ``jobs.runs``, how it runs is the
+``jobs.runner`` port (``spark.mode`` chooses a SparkApplication or local Spark for every job),
+the reset's steps are ``jobs.reset_machine``, and the status words are ``manifests``.
 
-* **OffsetSnapshot**: on create, run the snapshot job, as a SparkApplication when the
-  spark-operator is installed (``spec.spark.mode`` auto or operator) or as local Spark in a
-  subprocess of the operator (mode local, or auto without the CRD); a timer mirrors the run's
-  state into ``status`` (phase, conditions, location, records, takenAt, checksum). A failed run
-  is retried as a new run, at most ``offset_jobs.MAX_ATTEMPTS`` times, with its reason shown.
+* **OffsetSnapshot**: on create, start the snapshot run; a timer mirrors the run's progress
+  into ``status`` (phase, conditions, location, records, takenAt, checksum). A failed run is
+  retried as a new run, at most ``offset_jobs.MAX_ATTEMPTS`` times, with its reason shown.
 * **ConsumerGroup.spec.snapshots**: a timer creates OffsetSnapshots on the cron schedule and
   prunes the oldest beyond ``historyLimit``.
+* **ConsumerGroup.spec.offsetReset**: a timer observes the reset once per tick, feeds the
+  state machine one event and carries out its actions (pause, plan with the restore job, write
+  the plan through the embedded coordinator as one administrative commit, resume). The audit
+  lands in ``status.lastReset``. Assignment stays paused while the ResetInProgress condition
+  is True (``consumer_groups.reconcile`` honours it too).
 * **Compaction** of the state topic on the chart's schedule (``KGO_COMPACTION_SCHEDULE``,
-  checkpoints under ``KGO_COMPACTION_STORAGE_URI``), as local Spark runs of the operator.
-* **ConsumerGroup.spec.offsetReset**: a timer drives the reset once per value of the field:
-  pause assignment (every member commits and releases cooperatively), wait until no partition
-  is owned, plan with the restore job (which clamps and audits), write the plan through the
-  embedded coordinator as an administrative commit, resume. The audit lands in
-  ``status.lastReset``; ``dryRun`` only plans. Assignment stays paused while the
-  ResetInProgress condition is True (``consumer_groups.reconcile`` honours it too).
-
-Decisions live in ``manifests.offset_jobs`` and ``manifests.spark_application``; this module
-only calls the API, the coordinator and subprocesses.
+  checkpoints under ``KGO_COMPACTION_STORAGE_URI``), run like every other job.
 """
 
 from __future__ import annotations
@@ -25,14 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import json
 import logging
 import os
-import re
-import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -40,142 +33,23 @@ import kopf
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle, ownership
+from kafka_group_operator.jobs import reset_machine, runs
+from kafka_group_operator.jobs import runner as job_runner
+from kafka_group_operator.jobs.reset_machine import Action, Event, State
+
+# The demo runs jobs as the operator does; it reads these two from here.
+from kafka_group_operator.jobs.runner import LOCAL_MASTER as LOCAL_MASTER
+from kafka_group_operator.jobs.runner import outcome_of as outcome_of
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
-from kafka_group_operator.kube import spark as kube_spark
 from kafka_group_operator.manifests import conditions, group_settings, offset_jobs
-from kafka_group_operator.manifests import spark_application as spark_manifests
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors as spec_errors
 
 SNAPSHOTS = ("kafkagroups.io", "v1alpha1", "offsetsnapshots")
 CONSUMER_GROUPS = ("kafkagroups.io", "v1alpha1", "consumergroups")
-LOCAL_JOBS_KEY = "kafka_group_operator_local_jobs"
-RESULT_PREFIX = "KGO-RESULT "  # what kafka_group_jobs.arguments.emit_result prints
-LOCAL_MASTER = "local[2]"
 COMPACTION_KEY = "kafka_group_operator_compaction"
-
-
-# ---------------------------------------------------------------------------------------
-# Settings and local runs
-
-
-def spark_defaults(
-    env: Mapping[str, str] | None = None,
-) -> tuple[str, spark_manifests.SparkSettings]:
-    """The chart's Spark settings (``KGO_SPARK_*``): the default mode and the run settings."""
-    environ = os.environ if env is None else env
-    settings = spark_manifests.SparkSettings(
-        image=environ.get("KGO_SPARK_IMAGE", "ghcr.io/kafka-group-operator/kafka-group-jobs:0.1.0"),
-        service_account=environ.get("KGO_SPARK_SERVICE_ACCOUNT", "spark"),
-        spark_conf=json.loads(environ.get("KGO_SPARK_CONF") or "{}"),
-    )
-    return environ.get("KGO_SPARK_MODE", "auto"), settings
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    succeeded: bool
-    result: dict[str, Any] | None = None
-    reason: str = ""
-
-
-# What kafka_group_jobs.arguments.run prints for every failure it expects.
-_JOB_ERROR = re.compile(r"^kafka_group_jobs\.\w+: error: (?P<message>.+)$")
-# A Python or Java exception line ("pkg.SomeError: message", "Caused by: java.io.X: ..."),
-# never a stack frame ("\tat org.apache...Exception..." is indented, log lines start with a date).
-_EXCEPTION_LINE = re.compile(
-    r"^(?:Caused by: )?(?:[A-Za-z_][\w$]*\.)*[A-Za-z_][\w$]*(?:Error|Exception|Exit)\w*(?::\s.*)?$"
-)
-
-
-def outcome_of(returncode: int, stdout: str, stderr: str) -> JobOutcome:
-    """A job's result line, or the clearest reason it failed (see ``failure_reason``)."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX) and returncode == 0:
-            return JobOutcome(True, json.loads(line.removeprefix(RESULT_PREFIX)))
-    return JobOutcome(False, reason=failure_reason(returncode, stderr)[:500])
-
-
-def failure_reason(returncode: int, stderr: str) -> str:
-    """The exception's message, not whatever the JVM logged last.
-
-    In order: the job's own ``error:`` line; else the exception line that ends the last
-    Python traceback; else the last Python or Java exception line; else the last line.
-    """
-    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if match := _JOB_ERROR.match(line):
-            return match["message"]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
-    if starts:
-        for line in lines[starts[-1] + 1 :]:
-            if not line[0].isspace():
-                return line
-    for line in reversed(lines):
-        if _EXCEPTION_LINE.match(line):
-            return line
-    return lines[-1].strip() if lines else f"exit status {returncode}"
-
-
-async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
-    """Runs ``python -m kafka_group_jobs.<job>`` on local Spark and waits for it."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        f"kafka_group_jobs.{job}",
-        *arguments,
-        "--master",
-        LOCAL_MASTER,
-        "--json",  # the result as one KGO-RESULT line, for outcome_of
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    stdout, stderr = await process.communicate()
-    return outcome_of(
-        process.returncode or 0, stdout.decode(errors="replace"), stderr.decode(errors="replace")
-    )
-
-
-@dataclass
-class LocalJobs:
-    """Local runs of this operator process, by run name (lost, and so retried, on restart)."""
-
-    tasks: dict[str, asyncio.Task[JobOutcome]] = field(default_factory=dict)
-
-    def start(self, name: str, job: str, arguments: Sequence[str]) -> None:
-        if name not in self.tasks:
-            self.tasks[name] = asyncio.create_task(run_local_job(job, arguments), name=name)
-
-    def known(self, name: str) -> bool:
-        return name in self.tasks
-
-    def outcome(self, name: str) -> JobOutcome | None:
-        """The finished run's outcome (forgotten once read), or None while it runs."""
-        task = self.tasks[name]
-        if not task.done():
-            return None
-        del self.tasks[name]
-        if task.cancelled():
-            return JobOutcome(False, reason="the run was cancelled")
-        error = task.exception()
-        if error is not None:
-            return JobOutcome(False, reason=f"could not run the job: {error}")
-        return task.result()
-
-
-def local_jobs_of(memo: Any) -> LocalJobs:
-    jobs = memo.get(LOCAL_JOBS_KEY)
-    if not isinstance(jobs, LocalJobs):
-        jobs = LocalJobs()
-        memo[LOCAL_JOBS_KEY] = jobs
-    return jobs
-
-
-def kafka_arguments() -> list[str]:
-    # The operator's own Kafka settings dir (a mounted Secret): passed by path, never by value.
-    config_dir = os.environ.get("KGO_KAFKA_CONFIG_DIR")
-    return ["--kafka-config-dir", config_dir] if config_dir else []
+COMPACTION_POLL_SECONDS = 10.0
 
 
 def ready(
@@ -187,6 +61,12 @@ def ready(
         generation,
         conditions.now_rfc3339(),
     )
+
+
+@kopf.on.cleanup()
+async def stop_local_runs(memo: Any, **_: Any) -> None:
+    """Local runs die with the operator; their handlers start them again after a restart."""
+    await job_runner.local_runner_of(memo).stop()
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,48 +92,39 @@ async def _group_of(state: lifecycle.OperatorState, namespace: str, name: str) -
     return group
 
 
+def _polled(run_status: Mapping[str, Any], namespace: str, result_uri: str | None) -> Any:
+    """The ``JobRun`` a status records, enough to poll it (polling needs no arguments)."""
+    return job_runner.JobRun(
+        job=str(run_status.get("job", "")),
+        name=str(run_status["name"]),
+        namespace=namespace,
+        arguments=(),
+        result_uri=result_uri,
+    )
+
+
 async def launch_snapshot(body: Mapping[str, Any], attempt: int, memo: Any) -> dict[str, Any]:
     """Starts attempt ``attempt`` of a snapshot run; returns the status to patch."""
     state = lifecycle.state_of(memo)
     meta, spec = body["metadata"], body.get("spec") or {}
     group = await _group_of(state, meta["namespace"], spec["consumerGroupRef"]["name"])
+    run = runs.snapshot_run(
+        body, attempt, state.config.bootstrap_servers, state.config.state_topic, group.group_id
+    )
+    runner = await job_runner.runner_for((spec.get("spark") or {}).get("mode"), state.kube, memo)
+    await runner.start(run)
+    operator = runner.mode == "operator"
+    kind = "SparkApplication" if operator else "local Spark run"
     location = offset_jobs.snapshot_location(
         spec["storage"]["uri"], meta["namespace"], meta["name"]
     )
-    arguments = offset_jobs.snapshot_arguments(
-        state.config.bootstrap_servers,
-        state.config.state_topic,
-        group.group_id,
-        location,
-        spec.get("asOf"),
-    )
-    default_mode, defaults = spark_defaults()
-    mode = (spec.get("spark") or {}).get("mode") or default_mode
-    if mode == "auto":
-        mode = "operator" if await kube_spark.spark_operator_installed(state.kube) else "local"
-    name = spark_manifests.application_name(meta["name"], "snapshot", meta["uid"], attempt)
-    if mode == "operator":
-        uri = spec["storage"]["uri"]
-        claim = uri.removeprefix("pvc://").split("/")[0] if uri.startswith("pvc://") else None
-        application = spark_manifests.build_spark_application(
-            owner=body,
-            job="snapshot",
-            arguments=arguments,
-            settings=spark_manifests.overlay(defaults, spec.get("spark")),
-            attempt=attempt,
-            storage_claim=claim,
-        )
-        await kube_spark.create_application(state.kube, application)
-    else:
-        local_jobs_of(memo).start(name, "snapshot", [*arguments, *kafka_arguments()])
-    kind = "SparkApplication" if mode == "operator" else "local Spark run"
     return {
-        "phase": "Pending" if mode == "operator" else "Running",
-        "sparkApplication": name if mode == "operator" else None,
-        "run": {"mode": mode, "name": name},
+        "phase": "Pending" if operator else "Running",
+        "sparkApplication": run.name if operator else None,
+        "run": {"mode": runner.mode, "name": run.name, "job": run.job},
         "attempts": attempt,
         "location": location,
-        "message": f"attempt {attempt}: {kind} {name}",
+        "message": f"attempt {attempt}: {kind} {run.name}",
     }
 
 
@@ -343,35 +214,35 @@ async def follow_snapshot(
 async def _follow_snapshot(
     body: kopf.Body, status: kopf.Status, meta: kopf.Meta, patch: kopf.Patch, memo: Any
 ) -> None:
-    run = status.get("run") or {}
-    if status.get("phase") not in ("Pending", "Running") or not run:
+    run_status = status.get("run") or {}
+    if status.get("phase") not in ("Pending", "Running") or not run_status:
         return
     state = lifecycle.state_of(memo)
-    outcome: JobOutcome | None
-    if run.get("mode") == "operator":
-        application = await kube_spark.get_application(state.kube, meta["namespace"], run["name"])
-        if application is None:
-            outcome = JobOutcome(False, reason=f"SparkApplication {run['name']} disappeared")
-        else:
-            phase, error = spark_manifests.phase_of(application)
-            if phase in ("Pending", "Running"):
-                if phase != status.get("phase"):
-                    patch.status["phase"] = phase
-                return
-            outcome = JobOutcome(
-                phase == "Succeeded", _manifest_if_readable(status.get("location")), error
-            )
+    mode = str(run_status.get("mode"))
+    location = status.get("location")
+    run = _polled(
+        {"job": "snapshot", **run_status},
+        meta["namespace"],
+        f"{location}/{runs.SNAPSHOT_MANIFEST}" if location else None,
+    )
+    progress = await job_runner.runner_named(mode, state.kube, memo).poll(run)
+    if progress.state is job_runner.RunState.UNKNOWN:
+        lost = (
+            f"SparkApplication {run.name} disappeared"
+            if mode == "operator"
+            else "the operator restarted during the local run"
+        )
+        outcome = job_runner.JobOutcome(False, reason=lost)
+    elif progress.outcome is None:
+        phase = "Pending" if progress.state is job_runner.RunState.PENDING else "Running"
+        if phase != status.get("phase"):
+            patch.status["phase"] = phase
+        return
     else:
-        jobs = local_jobs_of(memo)
-        if not jobs.known(run["name"]):
-            outcome = JobOutcome(False, reason="the operator restarted during the local run")
-        else:
-            outcome = jobs.outcome(run["name"])
-            if outcome is None:
-                return
+        outcome = progress.outcome
     generation = meta.get("generation")
     if outcome.succeeded:
-        update = offset_jobs.snapshot_status(outcome.result or {"location": status.get("location")})
+        update = offset_jobs.snapshot_status(outcome.result or {"location": location})
         update["conditions"] = ready(
             True, "Succeeded", "snapshot written", status.get("conditions"), generation
         )
@@ -401,18 +272,6 @@ async def _follow_snapshot(
             False, "JobFailed", message, status.get("conditions"), generation
         )
     patch.status.update(update)
-
-
-def _manifest_if_readable(location: str | None) -> dict[str, Any] | None:
-    """A cluster run's manifest, when its storage is a file system the operator sees too."""
-    if not location or not location.startswith("file://"):
-        return None
-    path = Path(location.removeprefix("file://")) / "manifest.json"
-    try:
-        found: dict[str, Any] = json.loads(path.read_text())
-        return found
-    except (OSError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -493,6 +352,10 @@ async def schedule_snapshots(
 # ConsumerGroup.spec.offsetReset
 
 
+class ResetFailed(RuntimeError):
+    """The reset could not be planned or written; the group resumes untouched."""
+
+
 def _released(description: messages.GroupDescription) -> bool:
     """No member owns, or still has to revoke, any partition."""
     return all(
@@ -520,17 +383,175 @@ def _reset_condition(
     )
 
 
+@dataclass
+class Observed:
+    """What one tick saw: the event for the machine, and what its actions need."""
+
+    event: Event
+    message: str = ""
+    reason: str = ""  # a refusal's reason word, shown in the ResetInProgress condition
+    audit: dict[str, Any] | None = None
+
+
+@dataclass
+class ResetTick:
+    """One tick of one ConsumerGroup's reset: what the actions read and write."""
+
+    state: lifecycle.OperatorState
+    body: Mapping[str, Any]
+    group: specs.ConsumerGroupSpec
+    offset_reset: Mapping[str, Any]
+    current_status: Mapping[str, Any]
+    progress: dict[str, Any]
+    dry_run: bool
+    memo: Any
+    patch: kopf.Patch
+
+    @property
+    def generation(self) -> Any:
+        return self.body["metadata"].get("generation")
+
+    def plan_run(self, arguments: tuple[str, ...] = ()) -> job_runner.JobRun:
+        fingerprint = self.progress["fingerprint"]
+        results_uri = os.environ.get("KGO_SPARK_RESULTS_URI") or None
+        return runs.reset_run(self.body, fingerprint, arguments, results_uri)
+
+
+async def _observe(tick: ResetTick, state: State) -> Observed:
+    """The one event this tick feeds the machine in ``state``."""
+    if state is State.NEW:
+        try:
+            # Checked before anything pauses: a reset of what the group cannot have offsets
+            # for is refused whole, never narrowed to what exists.
+            specs.check_reset_scope(
+                tick.offset_reset,
+                tick.group.topics,
+                await kafka_probe.partition_counts(
+                    tick.group.kafka.bootstrap_servers,
+                    tick.state.config.kafka_config,
+                    tick.state.config.kafka_probe_timeout_seconds,
+                ),
+            )
+        except spec_errors.KafkaUnreachable:
+            return Observed(Event.KAFKA_UNREACHABLE)  # the group's Ready condition says why
+        except spec_errors.InvalidResetScope as error:
+            return Observed(Event.SCOPE_REFUSED, error.message, error.reason)
+        return Observed(Event.SCOPE_ACCEPTED)
+    if state is State.PAUSING:
+        try:
+            description = await tick.state.runtime.describe_group(tick.group.group_id)
+        except coordinator_errors.GroupIdNotFound:
+            description = None
+        if description is not None and not _released(description):
+            return Observed(Event.PARTITIONS_HELD)  # members are still committing, releasing
+        return Observed(Event.PARTITIONS_RELEASED)
+    # PLANNING: the restore job computes (and clamps) the plan; it never writes.
+    recorded = tick.progress.get("run") or {}
+    if not recorded:
+        return Observed(Event.PLAN_NOT_RUNNING)
+    run = tick.plan_run()
+    runner = job_runner.runner_named(str(recorded.get("mode")), tick.state.kube, tick.memo)
+    progress = await runner.poll(run)
+    if progress.state is job_runner.RunState.UNKNOWN:
+        return Observed(Event.PLAN_NOT_RUNNING)
+    outcome = progress.outcome
+    if outcome is None:
+        return Observed(Event.PLAN_RUNNING)
+    if not outcome.succeeded:
+        return Observed(Event.PLAN_FAILED, outcome.reason or "the restore job failed")
+    if outcome.result is None:
+        where = run.result_uri or "nowhere (spark.resultsUri is not set)"
+        message = f"the restore job succeeded but its plan at {where} cannot be read"
+        return Observed(Event.PLAN_FAILED, message)
+    return Observed(Event.PLAN_SUCCEEDED, audit=dict(outcome.result))
+
+
+async def _start_plan(tick: ResetTick) -> None:
+    state = tick.state
+    arguments = offset_jobs.restore_arguments(
+        state.config.bootstrap_servers,
+        state.config.state_topic,
+        tick.group.group_id,
+        tick.offset_reset,
+        tick.group.topics,
+        await _snapshot_location(state, tick.body["metadata"]["namespace"], tick.offset_reset),
+    )
+    runner = await job_runner.runner_for(None, state.kube, tick.memo)
+    run = tick.plan_run(tuple(arguments))
+    if runner.mode == "operator" and run.result_uri is None:
+        raise ResetFailed(
+            "a restore planned by a SparkApplication needs spark.resultsUri (storage the "
+            "operator can read) to hand its plan back; set it, or use spark.mode local"
+        )
+    await runner.start(run)
+    tick.progress["run"] = {"mode": runner.mode, "name": run.name, "job": run.job}
+
+
+async def _apply_plan(tick: ResetTick, audit: Mapping[str, Any]) -> None:
+    planned = offset_jobs.commits_of(audit)
+    if not planned:
+        return
+    response = await tick.state.runtime.commit_offsets(
+        messages.OffsetCommitRequest(
+            group_id=tick.group.group_id,
+            member_id="",
+            member_epoch=messages.LEAVE_EPOCH,
+            offsets={tp: messages.CommitOffset(offset) for tp, offset in planned.items()},
+        )
+    )
+    if response.errors:
+        raise ResetFailed(f"the coordinator rejected: {dict(response.errors)}")
+
+
+async def _carry_out(
+    tick: ResetTick, transition: reset_machine.Transition, observed: Observed
+) -> None:
+    """Does the transition's actions in order, then records its new state."""
+    last: dict[str, Any] = {**tick.progress, **reset_machine.status_of(transition.next_state)}
+    for action in transition.actions:
+        if action is Action.PAUSE:
+            await _set_paused(tick.state, tick.body, True)
+            if not consumer_groups.reset_in_progress(tick.current_status):
+                tick.patch.status["conditions"] = _reset_condition(
+                    tick.current_status,
+                    True,
+                    "Pausing",
+                    "revoking every partition before the reset",
+                    tick.generation,
+                )
+        elif action is Action.START_PLAN:
+            await _start_plan(tick)
+            last["run"] = tick.progress["run"]
+        elif action is Action.APPLY_PLAN:
+            assert observed.audit is not None
+            await _apply_plan(tick, observed.audit)
+        elif action is Action.RESUME:
+            await _set_paused(tick.state, tick.body, False)
+        elif action is Action.RECORD_PLAN:
+            # The resource's own target and dryRun win over the plan-only job's view of them.
+            last = {**(observed.audit or {}), **last}
+        elif action is Action.RECORD_FAILURE:
+            last["message"] = observed.message
+            if observed.reason:
+                last["reason"] = observed.reason
+    if transition.next_state in reset_machine.FINISHED and (not tick.dry_run or observed.reason):
+        done = transition.next_state is State.DONE
+        tick.patch.status["conditions"] = _reset_condition(
+            tick.current_status,
+            False,
+            "Done" if done else (observed.reason or "Failed"),
+            "offsets reset" if done else observed.message,
+            tick.generation,
+        )
+    if transition.next_state is not State.NEW:
+        tick.patch.status["lastReset"] = last
+
+
 async def _drive_offset_reset(
-    body: kopf.Body,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    patch: kopf.Patch,
-    memo: Any,
-    **_: Any,
+    body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, patch: kopf.Patch, memo: Any
 ) -> None:
     offset_reset = spec.get("offsetReset")
-    if not offset_jobs.reset_pending(offset_reset, status.get("lastReset")):
+    if not offset_jobs.reset_pending(offset_reset, None):
         return
     assert offset_reset is not None
     state = lifecycle.state_of(memo)
@@ -545,146 +566,51 @@ async def _drive_offset_reset(
     if not await ownership.owns(state.runtime, group.group_id, meta):
         return  # a second claimant of the group id (GroupIdConflict) resets nobody's offsets
     fingerprint = offset_jobs.reset_fingerprint(offset_reset)
-    stage = last.get("stage") if last.get("fingerprint") == fingerprint else None
+    machine_state = reset_machine.state_of(last, fingerprint)
     dry_run = bool(offset_reset.get("dryRun", True))
-    generation = meta.get("generation")
-    run_name = f"reset-{meta['uid']}-{fingerprint}"
     progress: dict[str, Any] = {
         "fingerprint": fingerprint,
         "target": dict(offset_reset),
         "dryRun": dry_run,
     }
-
-    if stage is None:
-        try:
-            # Checked before anything pauses: a reset of what the group cannot have offsets
-            # for is refused whole, never narrowed to what exists.
-            specs.check_reset_scope(
-                offset_reset,
-                group.topics,
-                await kafka_probe.partition_counts(
-                    group.kafka.bootstrap_servers,
-                    state.config.kafka_config,
-                    state.config.kafka_probe_timeout_seconds,
-                ),
-            )
-        except spec_errors.KafkaUnreachable:
-            return  # the next tick tries again; the group's Ready condition says why
-        except spec_errors.InvalidResetScope as error:
-            patch.status["conditions"] = _reset_condition(
-                current_status, False, error.reason, error.message, generation
-            )
-            patch.status["lastReset"] = {
-                **progress,
-                "stage": "Done",
-                "phase": "Failed",
-                "reason": error.reason,
-                "message": error.message,
-            }
-            return
-    try:
-        if stage is None:
-            if not dry_run:
-                patch.status["conditions"] = _reset_condition(
-                    current_status,
-                    True,
-                    "Pausing",
-                    "revoking every partition before the reset",
-                    generation,
-                )
-                await _set_paused(state, body, True)
-            patch.status["lastReset"] = {
-                **progress,
-                "stage": "Planning" if dry_run else "Pausing",
-                "phase": "Running",
-            }
-            return
-        if not dry_run:
-            # Re-asserted every tick: a reconcile that read the status before the pause began
-            # may have configured the group unpaused again.
-            await _set_paused(state, body, True)
-            if not consumer_groups.reset_in_progress(current_status):
-                patch.status["conditions"] = _reset_condition(
-                    current_status,
-                    True,
-                    "Pausing",
-                    "revoking every partition before the reset",
-                    generation,
-                )
-        if stage == "Pausing":
-            try:
-                description = await state.runtime.describe_group(group.group_id)
-            except coordinator_errors.GroupIdNotFound:
-                description = None
-            if description is not None and not _released(description):
-                return  # members are still committing and releasing
-            patch.status["lastReset"] = {**progress, "stage": "Planning", "phase": "Running"}
-            return
-        # Planning: the restore job computes (and clamps) the plan; it never writes.
-        jobs = local_jobs_of(memo)
-        if not jobs.known(run_name):
-            snapshot_location = await _snapshot_location(state, meta["namespace"], offset_reset)
-            arguments = offset_jobs.restore_arguments(
-                state.config.bootstrap_servers,
-                state.config.state_topic,
-                group.group_id,
-                offset_reset,
-                group.topics,
-                snapshot_location,
-            )
-            jobs.start(run_name, "restore", [*arguments, *kafka_arguments()])
-            return
-        outcome = jobs.outcome(run_name)
-        if outcome is None:
-            return
-        if not outcome.succeeded or outcome.result is None:
-            raise ResetFailed(outcome.reason or "the restore job failed")
-        audit = dict(outcome.result)
-        if not dry_run:
-            planned = offset_jobs.commits_of(audit)
-            if planned:
-                response = await state.runtime.commit_offsets(
-                    messages.OffsetCommitRequest(
-                        group_id=group.group_id,
-                        member_id="",
-                        member_epoch=messages.LEAVE_EPOCH,
-                        offsets={
-                            tp: messages.CommitOffset(offset) for tp, offset in planned.items()
-                        },
-                    )
-                )
-                if response.errors:
-                    raise ResetFailed(f"the coordinator rejected: {dict(response.errors)}")
-            await _set_paused(state, body, False)
-            patch.status["conditions"] = _reset_condition(
-                current_status, False, "Done", "offsets reset", generation
-            )
-        # The resource's own target and dryRun win over the plan-only job's view of them.
-        patch.status["lastReset"] = {**audit, **progress, "stage": "Done", "phase": "Done"}
-    except (
+    if machine_state is not State.NEW and last.get("run"):
+        progress["run"] = last["run"]
+    tick = ResetTick(
+        state, body, group, offset_reset, current_status, progress, dry_run, memo, patch
+    )
+    failures = (
         ResetFailed,
         coordinator_errors.CoordinatorError,
         kube_errors.KubeError,
         ValueError,
-    ) as error:
-        if not dry_run:
-            await _set_paused(state, body, False)
-            patch.status["conditions"] = _reset_condition(
-                current_status, False, "Failed", str(error), generation
+    )
+    try:
+        observed = await _observe(tick, machine_state)
+        transition = reset_machine.step(machine_state, observed.event, dry_run)
+        await _carry_out(tick, transition, observed)
+    except failures as error:
+        # The transition is taken whole or not at all: a failed action fails the reset.
+        observed = Observed(Event.ERROR, str(error))
+        transition = reset_machine.step(machine_state, Event.ERROR, dry_run)
+        try:
+            await _carry_out(tick, transition, observed)
+        except failures as again:
+            # Could not even resume: the ResetInProgress=False condition makes the group's
+            # reconcile configure it unpaused.
+            tick.patch.status["conditions"] = _reset_condition(
+                current_status, False, "Failed", f"{error}; {again}", tick.generation
             )
-        patch.status["lastReset"] = {
-            **progress,
-            "stage": "Done",
-            "phase": "Failed",
-            "message": str(error),
-        }
+            tick.patch.status["lastReset"] = {
+                **progress,
+                **reset_machine.status_of(State.FAILED),
+                "message": f"{error}; resuming failed: {again}",
+            }
 
 
 @kopf.timer(*CONSUMER_GROUPS, interval=3.0, initial_delay=1.0)
 async def drive_offset_reset(
     body: kopf.Body,
     spec: kopf.Spec,
-    status: kopf.Status,
     meta: kopf.Meta,
     patch: kopf.Patch,
     memo: Any,
@@ -692,7 +618,7 @@ async def drive_offset_reset(
     **_: Any,
 ) -> None:
     """One step of a pending ``offsetReset``; a line in the log for each step taken."""
-    await _drive_offset_reset(body, spec, status, meta, patch, memo)
+    await _drive_offset_reset(body, spec, meta, patch, memo)
     step = patch.status.get("lastReset")
     if step:
         logger.info(
@@ -702,10 +628,6 @@ async def drive_offset_reset(
             step.get("phase"),
             f" ({step['message']})" if step.get("message") else "",
         )
-
-
-class ResetFailed(RuntimeError):
-    """The reset could not be planned or written; the group resumes untouched."""
 
 
 async def _snapshot_location(
@@ -747,9 +669,24 @@ async def stop_compaction_schedule(memo: Any, **_: Any) -> None:
             await task
 
 
+async def run_to_end(
+    runner: job_runner.JobRunner, run: job_runner.JobRun, poll_seconds: float
+) -> job_runner.JobOutcome:
+    """Starts ``run`` and waits for its outcome (the compaction has no resource to patch)."""
+    await runner.start(run)
+    while True:
+        progress = await runner.poll(run)
+        if progress.state is job_runner.RunState.UNKNOWN:
+            return job_runner.JobOutcome(False, reason=f"the run {run.name} disappeared")
+        if progress.outcome is not None:
+            return progress.outcome
+        await asyncio.sleep(poll_seconds)
+
+
 async def compaction_loop(schedule: str, storage: str, memo: Any, logger: Any) -> None:
     """Runs the compaction job at every scheduled time, for as long as the operator runs."""
     last = datetime.datetime.now(datetime.UTC)
+    namespace = os.environ.get("KGO_POD_NAMESPACE", "default")
     while True:
         due = offset_jobs.next_run(schedule, last)
         await asyncio.sleep(max((due - datetime.datetime.now(datetime.UTC)).total_seconds(), 0))
@@ -758,11 +695,15 @@ async def compaction_loop(schedule: str, storage: str, memo: Any, logger: Any) -
         if not isinstance(state, lifecycle.OperatorState):
             logger.warning("compaction due at %s skipped: the coordinator is not running", due)
             continue
-        arguments = offset_jobs.compaction_arguments(
-            state.config.bootstrap_servers, state.config.state_topic, storage, due
+        run = runs.compaction_run(
+            state.config.bootstrap_servers, state.config.state_topic, storage, due, namespace
         )
-        outcome = await run_local_job("compaction", [*arguments, *kafka_arguments()])
+        try:
+            runner = await job_runner.runner_for(None, state.kube, memo)
+            outcome = await run_to_end(runner, run, COMPACTION_POLL_SECONDS)
+        except (kube_errors.KubeError, ValueError) as error:
+            outcome = job_runner.JobOutcome(False, reason=str(error))
         if outcome.succeeded:
-            logger.info("state topic compacted: %s", outcome.result)
+            logger.info("state topic compacted: %s", outcome.result or run.result_uri)
         else:
             logger.error("state-topic compaction failed: %s", outcome.reason)

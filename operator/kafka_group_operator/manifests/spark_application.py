@@ -108,15 +108,21 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_spark_application(
     *,
-    owner: Mapping[str, Any],
+    owner: Mapping[str, Any] | None,
     job: str,
     arguments: Sequence[str],
     settings: SparkSettings,
     attempt: int = 0,
     kafka_secret: str | None = None,
     storage_claim: str | None = None,
+    name: str | None = None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """The SparkApplication running ``job`` with ``arguments``, owned by ``owner``.
+
+    Named ``name`` (a run's unique name) or else after the owner and ``attempt``; in
+    ``namespace`` or else the owner's. A run with no owning resource (the state-topic
+    compaction) has no owner reference and needs both ``name`` and ``namespace``.
 
     ``kafka_secret`` (TLS/SASL settings, one file per librdkafka property) is mounted into the
     driver and executors and passed as ``--kafka-config-dir``; ``storage_claim`` mounts a PVC
@@ -124,12 +130,19 @@ def build_spark_application(
     """
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
-    meta = owner["metadata"]
+    meta = owner["metadata"] if owner is not None else {}
+    if name is None:
+        if owner is None:
+            raise ValueError("a SparkApplication with no owner needs a name")
+        name = application_name(meta["name"], job, meta["uid"], attempt)
+    namespace = namespace or meta.get("namespace")
+    if not namespace:
+        raise ValueError("a SparkApplication needs a namespace")
     labels = {
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "app.kubernetes.io/name": "kafka-group-jobs",
         JOB_LABEL: job,
-        OWNER_LABEL: meta["name"],
+        OWNER_LABEL: meta.get("name", MANAGED_BY),
     }
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
@@ -177,10 +190,10 @@ def build_spark_application(
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
-            "name": application_name(meta["name"], job, meta["uid"], attempt),
-            "namespace": meta["namespace"],
+            "name": name,
+            "namespace": namespace,
             "labels": labels,
-            "ownerReferences": [owner_reference(owner)],
+            **({"ownerReferences": [owner_reference(owner)]} if owner is not None else {}),
         },
         "spec": spec,
     }
