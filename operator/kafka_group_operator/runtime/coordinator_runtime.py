@@ -40,6 +40,10 @@ A runtime may serve only a set of the topic's partitions (``RuntimeConfig.served
 so that several coordinators split one state topic: it loads and writes only those, with the
 same per-partition fencing, and answers ``NOT_COORDINATOR`` for the groups of any other.
 
+``mirror`` copies each configured group's committed offsets into the brokers' own group of
+the same id, from memory and in the background (see ``mirror``): the write path does not
+know about it.
+
 ``unhealthy_partitions`` names partitions that cannot serve until the process restarts: a
 task that died, or a load that failed for good. A fenced partition is not among them: a
 restart would only fence the other coordinator back.
