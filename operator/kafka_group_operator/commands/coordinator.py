@@ -70,6 +70,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kafka-advertised-host", help="host Kafka clients are told to use (default: --host)"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port at /metrics (0: any free port)",
+    )
+    parser.add_argument(
+        "--cluster-name",
+        default="default",
+        help="the cluster_name label of the lag metrics (default: default)",
+    )
     parser.add_argument("--kafka-tls-cert", type=Path, help="PEM certificate: Kafka over TLS")
     parser.add_argument("--kafka-tls-key", type=Path, help="PEM private key of --kafka-tls-cert")
     parser.add_argument("--topic", default="kafka-group-operator.group-state")
@@ -198,6 +208,7 @@ async def serve(
     runner = web.AppRunner(api_app.build_app(runtime, token_store, directory), access_log=None)
     await runner.setup()
     kafka_listener = None
+    metrics_runner: web.AppRunner | None = None
     if args.kafka_port is not None:
         from kafka_group_operator.protocol import listener as protocol_listener
 
@@ -235,6 +246,20 @@ async def serve(
         )
         if kafka_listener is not None:
             logger.info("Kafka protocol on %s:%d", args.host, kafka_listener.port)
+        if args.metrics_port is not None:
+            from kafka_group_operator.api import metrics as metrics_api
+
+            try:
+                metrics_runner = await metrics_api.start_server(
+                    runtime, args.host, args.metrics_port, args.cluster_name
+                )
+            except OSError as error:
+                raise common.CommandError(
+                    f"cannot listen on {args.host}:{args.metrics_port}: {error.strerror or error}"
+                ) from None
+            logger.info(
+                "metrics on http://%s:%d/metrics", args.host, metrics_runner.addresses[0][1]
+            )
         await runtime.wait_until_loaded()
         # The groups of partitions served elsewhere are configured by their coordinator.
         ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
@@ -245,6 +270,8 @@ async def serve(
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
         await runner.cleanup()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         if kafka_listener is not None:
             await kafka_listener.stop()
         # Bounded: with the brokers gone, pending writes could otherwise hold the exit.
@@ -262,6 +289,10 @@ def run(args: argparse.Namespace) -> int:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:
         raise common.UsageError(f"--port must be between 1 and 65535, not {args.port}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise common.UsageError(
+            f"--metrics-port must be between 0 and 65535, not {args.metrics_port}"
+        )
     if args.kafka_port is not None and not 0 <= args.kafka_port < 65536:
         raise common.UsageError(f"--kafka-port must be between 0 and 65535, not {args.kafka_port}")
     if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
