@@ -14,7 +14,8 @@ heartbeat and leave twins); so does this module, on top of ``membership``:
 * Heartbeat writes nothing either; it answers REBALANCE_IN_PROGRESS while the member must
   join again: the group epoch moved past it, it has partitions to revoke (a cooperative
   client revokes what SyncGroup no longer lists, an eager one everything), or partitions it
-  waited for were released.
+  waited for were released. From the first such answer the member has its rebalance timeout
+  to join again (Kafka's join timeout); the shard's timer removes it otherwise.
 * LeaveGroup removes members for good, by member id or by instance id (a batch, v3+).
 
 The protocol vote is Kafka's: the protocol type must be ``consumer`` and the joining member

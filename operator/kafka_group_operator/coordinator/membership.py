@@ -17,6 +17,11 @@ configuration bumps the group epoch; when the group epoch is ahead of the target
 epoch the assignor runs (owned = the current target, generation = the assignment epoch) and
 writes a new target at the group epoch; every member then reconciles toward its target on
 its own heartbeats (``reconciliation``), revoking before anything is handed over.
+
+Classic-protocol members (``classic``) join through the same heartbeat: their requests carry
+``classic`` metadata (kept in the subscription record, whose session timeout arms their
+session timer), report owned partitions when joining, and may take over an active static
+member's instance id.
 """
 
 from __future__ import annotations
