@@ -4,6 +4,7 @@ by two real runtimes that split one state topic on the embedded broker."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -12,17 +13,22 @@ from typing import Any
 import jsonschema
 import pytest
 import pytest_asyncio
-from aiohttp import test_utils
+from aiohttp import test_utils, web
 
 from kafka_group_operator.api import app, discovery, openapi, tokens
+from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.member import client as member_client
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_records import partitioning
 from tests.support import groups
 
 DOCUMENT = openapi.document()
 PARTITIONS = 2
-URLS = {0: "http://coordinator-0:8080", 1: "http://coordinator-1:8080"}
+PORTS = {0: embedded.free_port(), 1: embedded.free_port(), "stale": embedded.free_port()}
+URLS = {p: f"http://127.0.0.1:{PORTS[p]}" for p in (0, 1)}
+# Nothing listens there: a peers map naming a coordinator that is gone.
+GONE = f"http://127.0.0.1:{embedded.free_port()}"
 
 
 def conforms(body: Any, schema: str) -> None:
@@ -108,12 +114,14 @@ def test_a_directory_refuses_partitions_outside_the_topic_and_clashing_urls() ->
 
 # ------------------------------------------------------------------------------ over HTTP
 
-Clients = dict[int, test_utils.TestClient[Any, Any]]
+Clients = dict[int | str, test_utils.TestClient[Any, Any]]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients]:
-    """Coordinator ``p`` serves state partition ``p`` at ``URLS[p]``, knowing the other."""
+    """Coordinator ``p`` serves state partition ``p`` at ``URLS[p]``, knowing the other.
+    ``"stale"`` serves partition 0 too (the same runtime) with a peers map naming ``GONE`` for
+    partition 1; ``"silent"`` serves partition 0 with no peers map."""
     name = f"discovery-state-{uuid.uuid4().hex[:8]}"
     token_store = tokens.GroupTokens({_group_on(0): "t0", _group_on(1): "t1"})
     async with contextlib.AsyncExitStack() as stack:
@@ -129,13 +137,28 @@ async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients
             directory = discovery.Directory(
                 PARTITIONS, frozenset({partition}), URLS[partition], URLS
             )
-            client = test_utils.TestClient(
-                test_utils.TestServer(app.build_app(runtime, token_store, directory))
+            clients[partition] = await _serve(
+                stack, app.build_app(runtime, token_store, directory), PORTS[partition]
             )
-            await client.start_server()
-            stack.push_async_callback(client.close)
-            clients[partition] = client
+            if partition == 0:
+                stale = discovery.Directory(PARTITIONS, frozenset({0}), None, {1: GONE})
+                clients["stale"] = await _serve(
+                    stack, app.build_app(runtime, token_store, stale), PORTS["stale"]
+                )
+                silent = discovery.Directory(PARTITIONS, frozenset({0}))
+                clients["silent"] = await _serve(
+                    stack, app.build_app(runtime, token_store, silent), embedded.free_port()
+                )
         yield clients
+
+
+async def _serve(
+    stack: contextlib.AsyncExitStack, application: web.Application, port: int
+) -> test_utils.TestClient[Any, Any]:
+    client = test_utils.TestClient(test_utils.TestServer(application, port=port))
+    await client.start_server()
+    stack.push_async_callback(client.close)
+    return client
 
 
 @pytest.mark.broker
@@ -187,3 +210,53 @@ async def test_find_coordinator_answers_from_any_coordinator(coordinators: Clien
         # Authenticated like every group route.
         refused = await coordinators[0].get(f"/v1/groups/{group}/coordinator")
         assert refused.status == 401
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_member_client_follows_the_hint_until_the_next(coordinators: Clients) -> None:
+    group = _group_on(1)
+    follower = member_client.CoordinatorClient(URLS[0], group, "t1")
+    try:
+        with pytest.raises(member_client.CoordinatorMoved) as moved:
+            await asyncio.to_thread(follower.fetch)
+        assert moved.value.name == "NOT_COORDINATOR"
+        assert follower.coordinator_url == URLS[1]
+        # Answered by the coordinator named, from then on (a group without commits: none).
+        for _ in range(3):
+            assert await asyncio.to_thread(follower.fetch) == {}
+        assert follower.coordinator_url == URLS[1]
+    finally:
+        follower.close()
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_member_client_asks_its_configured_url_again(coordinators: Clients) -> None:
+    group = _group_on(1)
+    stale_url = f"http://127.0.0.1:{PORTS['stale']}"
+    follower = member_client.CoordinatorClient(stale_url, group, "t1", timeout_s=5)
+    try:
+        with pytest.raises(member_client.CoordinatorMoved):
+            await asyncio.to_thread(follower.fetch)
+        assert follower.coordinator_url == GONE
+        # The coordinator named is gone: the next request fails, and the one after it asks
+        # the configured URL again, which names the coordinator again.
+        with pytest.raises(member_client.CoordinatorUnreachable):
+            await asyncio.to_thread(follower.fetch)
+        assert follower.coordinator_url == stale_url
+        with pytest.raises(member_client.CoordinatorMoved):
+            await asyncio.to_thread(follower.fetch)
+    finally:
+        follower.close()
+    # A NOT_COORDINATOR naming nobody leaves the client where it is.
+    silent = coordinators["silent"]
+    silent_url = f"http://127.0.0.1:{silent.port}"
+    stuck = member_client.CoordinatorClient(silent_url, group, "t1")
+    try:
+        with pytest.raises(errors.NotCoordinator) as refused:
+            await asyncio.to_thread(stuck.fetch)
+        assert not isinstance(refused.value, member_client.CoordinatorMoved)
+        assert stuck.coordinator_url == silent_url
+    finally:
+        stuck.close()
