@@ -34,6 +34,9 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
     assert settings.kube_server is None
     # The coordinator listener tells clients the member API's host unless told otherwise.
     assert settings.kafka_port == 9092
+    # Metrics on their own port unless told otherwise.
+    assert settings.metrics_port == 9090
+    assert settings.cluster_name == "default"
     assert config.kafka_listener_host(settings) == "kgo.system.svc"
 
 
@@ -43,6 +46,7 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
         ({}, "KGO_BOOTSTRAP_SERVERS"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_API_PORT": "http"}, "KGO_API_PORT"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_PORT": "x"}, "KGO_KAFKA_PORT"),
+        ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_METRICS_PORT": "x"}, "KGO_METRICS_PORT"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_TLS_CERT_FILE": "c.pem"}, "go together"),
         (
             {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_CONFIG_DIR": "/nonexistent"},

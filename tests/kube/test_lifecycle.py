@@ -33,6 +33,7 @@ async def test_the_coordinator_starts_once_kafka_is_up(kmock: kube.ApiServer) ->
         api_port=port,
         coordinator_url=f"http://127.0.0.1:{port}",
         kafka_port=embedded.free_port(),
+        metrics_port=embedded.free_port(),
         kube_server=str(kmock.url).rstrip("/"),
     )
     async with kube.RunningOperator(config, wait_for_coordinator=False) as operator:
@@ -59,7 +60,7 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
 ) -> None:
     """The real entry point (as the chart's Deployment runs it), stopped with SIGTERM."""
     api_port, health_port = embedded.free_port(), embedded.free_port()
-    kafka_port = embedded.free_port()
+    kafka_port, metrics_port = embedded.free_port(), embedded.free_port()
     environment = {
         **os.environ,
         "KGO_BOOTSTRAP_SERVERS": broker.bootstrap,
@@ -69,6 +70,7 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
         "KGO_API_PORT": str(api_port),
         "KGO_COORDINATOR_URL": f"http://127.0.0.1:{api_port}",
         "KGO_KAFKA_PORT": str(kafka_port),
+        "KGO_METRICS_PORT": str(metrics_port),
         "KGO_KUBE_SERVER": str(kmock.url).rstrip("/"),
     }
     process = await asyncio.create_subprocess_exec(
@@ -93,6 +95,10 @@ async def test_kgo_operator_command_runs_and_stops_cleanly(
             assert health.get("coordinator") is True, health
             async with session.get(f"http://127.0.0.1:{api_port}/healthz") as response:
                 assert response.status == 200
+            # Prometheus metrics on their own port.
+            async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+                assert response.status == 200
+                assert 'kgo_state_partitions{state="active"} 1.0' in await response.text()
             # The coordinator listener answers Kafka's ApiVersions beside the member API.
             reader, writer = await asyncio.open_connection("127.0.0.1", kafka_port)
             writer.write(framing.encode_request(ApiVersionsRequest(), 1))

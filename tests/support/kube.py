@@ -422,6 +422,7 @@ def operator_config_for(
         "api_port": port,
         "coordinator_url": f"http://127.0.0.1:{port}",
         "kafka_port": embedded.free_port(),
+        "metrics_port": embedded.free_port(),
         "status_interval_seconds": 0.5,
         "kube_server": str(api.url).rstrip("/"),
         **overrides,

@@ -44,6 +44,10 @@ class OperatorConfig:
     kafka_advertised_host: str | None = None
     kafka_tls_cert_file: str | None = None
     kafka_tls_key_file: str | None = None
+    # Prometheus metrics (/metrics) on a port of their own; cluster_name labels the lag
+    # series as kafka-lag-exporter's do.
+    metrics_port: int = 9090
+    cluster_name: str = "default"
     # The image of the gateway sidecar of ``clientProtocol: kafka`` groups (the operator's).
     gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
     status_interval_seconds: float = 10.0
@@ -85,6 +89,8 @@ class OperatorConfig:
             kafka_advertised_host=env.get("KGO_KAFKA_ADVERTISED_HOST") or None,
             kafka_tls_cert_file=env.get("KGO_KAFKA_TLS_CERT_FILE") or None,
             kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
+            metrics_port=_integer(env, "KGO_METRICS_PORT", cls.metrics_port),
+            cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
             gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,

@@ -21,6 +21,7 @@ import kopf
 from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
+from kafka_group_operator.api import metrics as metrics_api
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import lag_health
 from kafka_group_operator.handlers import config as operator_config
@@ -51,6 +52,8 @@ class OperatorState:
     api_runner: web.AppRunner
     # The coordinator listener (Kafka protocol) on the same runtime and tokens.
     kafka_listener: protocol_listener.Listener
+    # /metrics (Prometheus) on its own port.
+    metrics_runner: web.AppRunner | None = None
     # (namespace, name) -> the generation last reconciled successfully. The status daemon
     # reports only on those, so it never hides a pending change or a failure's conditions.
     reconciled: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -173,10 +176,14 @@ async def _start_coordinator(
                 key_file=config.kafka_tls_key_file,
             ),
         )
+        metrics_runner: web.AppRunner | None = None
         try:
             await runtime.start()
             await web.TCPSite(runner, config.api_host, config.api_port).start()
             await kafka_listener.start()
+            metrics_runner = await metrics_api.start_server(
+                runtime, config.api_host, config.metrics_port, config.cluster_name
+            )
         except Exception as error:  # Kafka down, topic misconfigured, port taken: retry
             await runner.cleanup()
             await kafka_listener.stop()
@@ -193,15 +200,18 @@ async def _start_coordinator(
             kube=kube_of(memo),
             api_runner=runner,
             kafka_listener=kafka_listener,
+            metrics_runner=metrics_runner,
         )
         # Code holding the operator's own memo (not a per-resource copy) may read it directly.
         memo[STATE_KEY] = slot.state
         logger.info(
-            "coordinator on state topic %s; member API on %s:%d, Kafka protocol on port %d",
+            "coordinator on state topic %s; member API on %s:%d, Kafka protocol on port %d, "
+            "metrics on port %d",
             config.state_topic,
             config.api_host,
             config.api_port,
             config.kafka_port,
+            config.metrics_port,
         )
         await ownership.keep_loading_tokens(
             kube_of(memo), runtime, group_tokens, config.namespaces, logger
@@ -219,6 +229,8 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
     state = started(memo)
     if state is not None:
         await state.api_runner.cleanup()
+        if state.metrics_runner is not None:
+            await state.metrics_runner.cleanup()
         await state.kafka_listener.stop()
         await state.runtime.stop()
         memo[STATE_KEY] = None
