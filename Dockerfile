@@ -1,11 +1,18 @@
-# Images of kafka-group-operator. Build from the repository root:
+# Images of kafka-group-operator, both from this one source tree. Build from the repository root:
 #   docker build --target operator -t ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0 .
 #   docker build --target jobs     -t ghcr.io/kafka-group-operator/kafka-group-jobs:0.1.0 .
-# The operator image runs `kgo` (the chart starts `kgo operator`) and carries the example
-# consumer; the jobs image is a Spark image with the PySpark jobs at the path the
-# SparkApplications name (local:///opt/kafka-group-operator/kafka_group_jobs/<job>.py).
+#
+# operator: slim; `kgo` with the operator extra only (no Java, no pyspark). The chart starts
+#   `kgo operator`; the image also carries the example consumer.
+# jobs: Java 17, Spark (its distribution and its Kubernetes entrypoint), pyspark of the same
+#   release and the project with the `spark` extra. SparkApplications run it (the chart's
+#   `spark.image`); the job modules sit where they point Spark
+#   (local:///opt/kafka-group-operator/kafka_group_jobs/<job>.py). It also holds `kgo`, so it
+#   can serve as the operator's image where jobs run as local Spark inside the operator pod.
 
-FROM python:3.11-slim AS operator
+ARG SPARK_VERSION=4.0.1
+
+FROM python:3.11-slim-bookworm AS operator
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/kafka-group-operator
 COPY pyproject.toml README.md ./
@@ -17,13 +24,28 @@ USER 65532
 ENTRYPOINT []
 CMD ["kgo", "operator"]
 
-FROM spark:4.0.1-python3 AS jobs
-USER root
+# Spark's own image: only its distribution and entrypoint are taken (its Python is too old).
+FROM spark:${SPARK_VERSION}-scala2.13-java17-python3-ubuntu AS spark
+
+FROM python:3.11-slim-bookworm AS jobs
+ARG SPARK_VERSION
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    SPARK_HOME=/opt/spark \
+    PYSPARK_PYTHON=python3
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --uid 185 --home-dir /opt/spark/work-dir --shell /usr/sbin/nologin spark
+COPY --from=spark /opt/spark /opt/spark
+COPY --from=spark /opt/entrypoint.sh /opt/decom.sh /opt/
 WORKDIR /opt/kafka-group-operator
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-# pyspark comes with the Spark image; the jobs need only the Kafka client and pyarrow.
-RUN pip install --no-cache-dir --no-deps . && pip install --no-cache-dir confluent-kafka pyarrow \
+# pyspark pinned to the distribution's release, so the Python side matches the JVM's jars.
+RUN pip install --no-cache-dir '.[operator,spark]' "pyspark==${SPARK_VERSION}" \
     && ln -s "$(python3 -c 'import kafka_group_jobs, os; print(os.path.dirname(kafka_group_jobs.__file__))')" \
-       /opt/kafka-group-operator/kafka_group_jobs
+       /opt/kafka-group-operator/kafka_group_jobs \
+    && mkdir -p /opt/spark/work-dir && chown spark /opt/spark/work-dir
+WORKDIR /opt/spark/work-dir
 USER 185
+ENTRYPOINT ["/opt/entrypoint.sh"]

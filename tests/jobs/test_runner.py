@@ -149,3 +149,21 @@ async def test_a_local_run_is_unknown_running_then_finished_once() -> None:
     assert "--group" in progress.outcome.reason
     # Given once: a second poll knows nothing of it.
     assert (await local.poll(run)).state is runner.RunState.UNKNOWN
+
+
+async def test_a_local_run_without_java_fails_saying_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The slim operator image has no Java: the run fails at once with the way out.
+    monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
+    local = runner.LocalSparkRunner()
+    run = runner.JobRun(job="snapshot", name="nojava", namespace=NS, arguments=())
+    await local.start(run)
+    progress = await local.poll(run)
+    while progress.state is runner.RunState.RUNNING:
+        await asyncio.sleep(0.05)
+        progress = await local.poll(run)
+    assert progress.outcome is not None
+    assert not progress.outcome.succeeded
+    assert progress.outcome.reason.startswith("local Spark needs Java in the operator's image")
+    assert "spark.image" in progress.outcome.reason

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import importlib.util
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,6 +223,10 @@ async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
     )
 
 
+async def _refused(outcome: JobOutcome) -> JobOutcome:
+    return outcome
+
+
 @dataclass
 class LocalSparkRunner:
     """Local runs of this operator process, by run name."""
@@ -231,9 +237,32 @@ class LocalSparkRunner:
     async def start(self, run: JobRun) -> None:
         if run.name not in self.tasks:
             arguments = [*run.arguments, *kafka_arguments()]
-            self.tasks[run.name] = asyncio.create_task(
-                run_local_job(run.job, arguments), name=run.name
+            lacking = self.missing()
+            job = (
+                run_local_job(run.job, arguments)
+                if lacking is None
+                else _refused(JobOutcome(False, reason=lacking))
             )
+            self.tasks[run.name] = asyncio.create_task(job, name=run.name)
+
+    @staticmethod
+    def missing() -> str | None:
+        """What this process lacks to run local Spark (the slim operator image has neither)."""
+        lacking = [
+            what
+            for what, found in (
+                ("pyspark", importlib.util.find_spec("pyspark") is not None),
+                ("Java", shutil.which("java") is not None),
+            )
+            if not found
+        ]
+        if not lacking:
+            return None
+        return (
+            f"local Spark needs {' and '.join(lacking)} in the operator's image: run the "
+            "operator from the jobs image (spark.image), or install the spark-operator and "
+            "use spark.mode operator"
+        )
 
     async def poll(self, run: JobRun) -> Progress:
         """The run's progress; a finished run's outcome is given once, then forgotten."""
