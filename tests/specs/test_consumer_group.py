@@ -33,6 +33,11 @@ def test_defaults_follow_the_crd() -> None:
     assert (group.auto_offset_reset, group.offsets_retention_minutes) == ("latest", 10080)
     assert group.paused is False
     assert group.kafka == consumer_group.KafkaConnection("kafka:9092", None)
+    assert (group.mirror_to_kafka, group.mirror_interval_seconds, group.adopt) == (
+        True,
+        5,
+        "IfEmpty",
+    )
 
 
 def test_explicit_fields_are_kept() -> None:
@@ -47,7 +52,13 @@ def test_explicit_fields_are_kept() -> None:
             paused=True,
             kafka={"bootstrapServers": "a:9093,b:9093", "secretRef": {"name": "kafka-tls"}},
             offsetReset={"to": "earliest"},
+            offsets={"mirrorToKafka": False, "mirrorIntervalSeconds": 60, "adopt": "Never"},
         ),
+    )
+    assert (group.mirror_to_kafka, group.mirror_interval_seconds, group.adopt) == (
+        False,
+        60,
+        "Never",
     )
     assert group.group_id == "payments-v2"
     assert (group.replicas, group.assignor, group.deletion_policy, group.paused) == (
@@ -75,6 +86,10 @@ def test_explicit_fields_are_kept() -> None:
         ("orders", _spec(kafka={"bootstrapServers": "k:1", "secretRef": {}}), "secretRef"),
         ("orders", _spec(template={"spec": {}}), "containers"),
         ("orders", _spec(paused="yes"), "paused"),
+        ("orders", _spec(offsets=[]), "offsets must be an object"),
+        ("orders", _spec(offsets={"mirrorToKafka": "yes"}), "offsets.mirrorToKafka"),
+        ("orders", _spec(offsets={"mirrorIntervalSeconds": 0}), "between 1 and 3600"),
+        ("orders", _spec(offsets={"adopt": "Always"}), "offsets.adopt must be one of"),
     ],
 )
 def test_invalid_specs(name: str, spec: dict[str, Any], message: str) -> None:

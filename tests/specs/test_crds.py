@@ -167,6 +167,9 @@ def _example_group() -> dict[str, Any]:
         (("spec", "snapshots"), {"schedule": "daily", "storage": {"uri": "file:///x"}}),
         (("spec", "snapshots"), {"schedule": "0 2 * * *", "storage": {"uri": "ftp://x"}}),
         (("spec", "template"), {"spec": {"containers": []}}),
+        (("spec", "offsets"), {"adopt": "Always"}),
+        (("spec", "offsets"), {"mirrorIntervalSeconds": 0}),
+        (("spec", "offsets"), {"mirrorToKafka": "yes"}),
     ],
 )
 def test_invalid_consumer_groups_are_rejected(path: tuple[str, ...], value: Any) -> None:

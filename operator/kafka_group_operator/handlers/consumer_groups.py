@@ -1,10 +1,12 @@
 """kopf handlers of ConsumerGroup resources and of their pods. Thin glue.
 
-* create/update/resume: validate the spec, create or patch the children (token Secret,
-  headless Service, StatefulSet; adopted by the group), configure the group in the embedded
-  coordinator, refresh the status. A spec that cannot be honoured gets Ready=False with the
-  reason; what may heal by itself (a missing Secret or topic, Kafka down) is retried with
-  backoff, a malformed spec waits for the next edit. Never a crash loop.
+* create/update/resume: validate the spec, adopt the native group's offsets if asked (before
+  any pod starts, see ``native_group``), create or patch the children (token Secret,
+  headless Service, StatefulSet; adopted by the group), configure the group and its offset
+  mirror in the embedded coordinator, refresh the status. A spec that cannot be honoured
+  gets Ready=False with the reason; what may heal by itself (a missing Secret or topic,
+  Kafka down) is retried with backoff, a malformed spec waits for the next edit. Never a
+  crash loop.
 * a daemon per group refreshes the status from the coordinator (state, epochs, members, lag,
   conditions) and posts an Event per rebalance. Each refresh also feeds the group's window of
   recent commits and log ends (``coordinator.lag_health``, Burrow's rules): the verdict is
@@ -15,7 +17,8 @@
   its assignment for the session timeout and gets it back when the pod returns.
 * delete: once the group's pods are gone (their members need the token for their final
   commit), ``deletionPolicy: Delete`` removes every record of the group; ``Retain`` keeps
-  them. Either way the token is revoked and the group id released.
+  them and first mirrors the final offsets into the native group, so that plain consumers
+  resume there. Either way the token is revoked and the group id released.
 * ownership: the first resource to claim a group id owns it (see ``ownership``); another
   one naming the same ``groupId`` gets ``Ready=False, GroupIdConflict`` and changes nothing,
   not even on its deletion.
@@ -35,7 +38,7 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import lag_health, messages
-from kafka_group_operator.handlers import config, kafka_probe, lifecycle, ownership
+from kafka_group_operator.handlers import config, kafka_probe, lifecycle, native_group, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, consumer_group, group_settings, group_status
@@ -45,6 +48,8 @@ from kafka_group_operator.specs import errors as spec_errors
 GROUP, VERSION, PLURAL = "kafkagroups.io", "v1alpha1", "consumergroups"
 PAUSE_ANNOTATION = f"{lifecycle.DOMAIN}/pause-reconciliation"
 RECONCILIATION_PAUSED = "ReconciliationPaused"
+# A Retain group being deleted waits this many attempts for its final mirror.
+_FLUSH_RETRIES = 5
 
 
 def retry_delay(retry: int, base: float = 5.0) -> float:
@@ -102,9 +107,21 @@ async def reconcile(
         group = parse(body)
         await claim_group_id(state, group, meta)
         await _check_dependencies(state, group)
+        # Before any pod starts: its members' commits would leave nothing to adopt.
+        adopted = await native_group.adopt(state, group, body, status)
+        if adopted is not None:
+            await _patch_status(
+                state,
+                body,
+                native_group.condition_patch(status.get("conditions"), adopted, generation, now),
+            )
+            native_group.raise_if_waiting(adopted)
         await _apply_children_or_report(state, group, body)
         await state.runtime.configure_group(
             group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
+        )
+        state.runtime.mirror.configure(
+            group.group_id, native_group.mirror_target(group, state.config.kafka_config)
         )
         description = await refresh_status(state, group, body)
         await remove_surplus_members(state, group, description, body)
@@ -284,6 +301,12 @@ async def refresh_status(
         conditions.now_rfc3339(),
         observed_replicas=observed if isinstance(observed, int) else None,
         verdict=verdict,
+    )
+    mirrored = native_group.mirror_condition(
+        group.mirror_to_kafka, state.runtime.mirror.status(group.group_id)
+    )
+    fresh["conditions"] = conditions.merge_conditions(
+        fresh["conditions"], [mirrored], fresh.get("observedGeneration"), conditions.now_rfc3339()
     )
     await _patch_status(state, body, fresh)
     report_verdict_change(window, verdict, status, body)
@@ -520,6 +543,9 @@ async def delete(
             delay,
         )
     policy = spec.get("deletionPolicy", "Retain")
+    if policy != "Delete":
+        await _flush_mirror(state, body, retry)
+    state.runtime.mirror.remove(group_id)
     if policy == "Delete":
         try:
             await state.runtime.delete_group(
@@ -550,6 +576,29 @@ async def delete(
         await state.runtime.release_group(messages.ReleaseGroupRequest(group_id, owner.uid))
     except coordinator_errors.CoordinatorError as error:
         raise kopf.TemporaryError(f"cannot release {group_id}: {error}", delay) from error
+
+
+async def _flush_mirror(state: lifecycle.OperatorState, body: kopf.Body, retry: int) -> None:
+    """Bring the native group up to the last commits before the group leaves (moving out):
+    retried a few times, then the group goes anyway, with a Warning saying it is behind."""
+    try:
+        group = parse(body)
+    except spec_errors.SpecError:
+        return  # never reconciled as written: never mirrored
+    flushed = await native_group.flush_before_leaving(state, group)
+    if flushed is None or flushed.mirrored:
+        return
+    if retry < _FLUSH_RETRIES:
+        raise kopf.TemporaryError(
+            f"the native group is behind: {flushed.message}",
+            min(retry_delay(retry, state.config.retry_base_seconds), 10.0),
+        )
+    kopf.event(
+        body,
+        type="Warning",
+        reason="OffsetsNotMirrored",
+        message=f"the group leaves with its native group behind: {flushed.message}",
+    )
 
 
 async def _stop_pods(state: lifecycle.OperatorState, meta: Mapping[str, Any]) -> int:

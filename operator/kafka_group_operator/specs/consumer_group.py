@@ -24,6 +24,8 @@ DELETION_POLICIES = ("Retain", "Delete")
 # How the pods' consumers talk to the coordinator: our member library over the member API, or
 # any Kafka client through the gateway sidecar (the Kafka protocol).
 CLIENT_PROTOCOLS = ("library", "kafka")
+# spec.offsets.adopt: import the native group's offsets when the coordinator has none, or never.
+ADOPT_POLICIES = ("IfEmpty", "Never")
 
 # Kafka's legal characters for topic and group names (Topic.LEGAL_CHARS).
 _KAFKA_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -62,6 +64,10 @@ class ConsumerGroupSpec:
     deletion_policy: str = "Retain"
     paused: bool = False
     client_protocol: str = "library"
+    # spec.offsets: the brokers' own group of the same id (see runtime.mirror).
+    mirror_to_kafka: bool = True
+    mirror_interval_seconds: int = 5
+    adopt: str = "IfEmpty"
     # Kept raw: their behaviour belongs to the snapshot/reset handlers.
     offset_reset: Mapping[str, Any] | None = None
     snapshots: Mapping[str, Any] | None = None
@@ -126,6 +132,9 @@ def parse_consumer_group(
             raise errors.InvalidSpec("kafka.secretRef must name a Secret")
         secret_name = secret_ref["name"]
 
+    offsets = spec.get("offsets", {})
+    if not isinstance(offsets, Mapping):
+        raise errors.InvalidSpec("offsets must be an object")
     offset_reset = spec.get("offsetReset")
     snapshots = spec.get("snapshots")
     return ConsumerGroupSpec(
@@ -144,6 +153,11 @@ def parse_consumer_group(
         deletion_policy=_choice(spec, "deletionPolicy", DELETION_POLICIES),
         paused=_boolean(spec, "paused"),
         client_protocol=_choice(spec, "clientProtocol", CLIENT_PROTOCOLS),
+        mirror_to_kafka=_boolean(offsets, "mirrorToKafka", default=True, prefix="offsets."),
+        mirror_interval_seconds=_integer(
+            offsets, "mirrorIntervalSeconds", 5, 1, 3600, prefix="offsets."
+        ),
+        adopt=_choice(offsets, "adopt", ADOPT_POLICIES, prefix="offsets."),
         offset_reset=offset_reset if isinstance(offset_reset, Mapping) else None,
         snapshots=snapshots if isinstance(snapshots, Mapping) else None,
         labels=dict(labels or {}),
@@ -212,27 +226,42 @@ def _string(spec: Mapping[str, Any], key: str, default: str) -> str:
     return value
 
 
-def _integer(spec: Mapping[str, Any], key: str, default: int, minimum: int, maximum: int) -> int:
+def _integer(
+    spec: Mapping[str, Any],
+    key: str,
+    default: int,
+    minimum: int,
+    maximum: int,
+    prefix: str = "",
+) -> int:
     value = spec.get(key, default)
     # bool is an int in Python but never a valid count in a resource.
     if not isinstance(value, int) or isinstance(value, bool):
-        raise errors.InvalidSpec(f"{key} must be an integer")
+        raise errors.InvalidSpec(f"{prefix}{key} must be an integer")
     if not minimum <= value <= maximum:
-        raise errors.InvalidSpec(f"{key} must be between {minimum} and {maximum}, not {value}")
+        raise errors.InvalidSpec(
+            f"{prefix}{key} must be between {minimum} and {maximum}, not {value}"
+        )
     return value
 
 
 def _choice(
-    spec: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str | None = None
+    spec: Mapping[str, Any],
+    key: str,
+    choices: tuple[str, ...],
+    default: str | None = None,
+    prefix: str = "",
 ) -> str:
     value = spec.get(key, default if default is not None else choices[0])
     if value not in choices:
-        raise errors.InvalidSpec(f"{key} must be one of {', '.join(choices)}, not {value!r}")
+        raise errors.InvalidSpec(
+            f"{prefix}{key} must be one of {', '.join(choices)}, not {value!r}"
+        )
     return str(value)
 
 
-def _boolean(spec: Mapping[str, Any], key: str) -> bool:
-    value = spec.get(key, False)
+def _boolean(spec: Mapping[str, Any], key: str, default: bool = False, prefix: str = "") -> bool:
+    value = spec.get(key, default)
     if not isinstance(value, bool):
-        raise errors.InvalidSpec(f"{key} must be true or false")
+        raise errors.InvalidSpec(f"{prefix}{key} must be true or false")
     return value

@@ -1,0 +1,203 @@
+"""Moving a group in and out: adoption of the brokers' own group's offsets on the first
+reconciliation, waiting while native consumers are active, the OffsetsMirrored condition, and
+a Retain deletion that leaves the native group current for plain consumers. kopf with our
+handlers against the API server, the embedded coordinator and the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from tests.kube.test_consumer_groups import (
+    CG,
+    NS,
+    condition,
+    create,
+    event_reasons,
+    group_body,
+)
+from tests.support import kube, native_groups, topics
+
+pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.kmock(cls=kube.ApiServer)]
+
+GROUP_ID = f"{NS}.orders"
+GROUP_PATH = f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/consumergroups/orders"
+
+
+def reason_of(api: kube.ApiServer, type_: str) -> tuple[str, str] | None:
+    found = condition(api, type_)
+    return None if found is None else (found["status"], found["reason"])
+
+
+async def native_offsets(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
+    """The native group's offsets of ``topic`` (the broker is shared: other tests' groups
+    of the same id leave offsets of their own topics)."""
+    found = await asyncio.to_thread(native_groups.offsets, bootstrap, GROUP_ID)
+    return {tp: offset for tp, offset in found.items() if tp[0] == topic}
+
+
+async def coordinator_offsets(operator: kube.RunningOperator) -> dict[tuple[str, int], int]:
+    request = messages.OffsetFetchRequest(GROUP_ID)
+    response = await operator.call(operator.state.runtime.fetch_offsets(request))
+    return {tp: value.offset for tp, value in response.offsets.items()}
+
+
+async def test_if_empty_imports_the_native_offsets_once_before_any_pod(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    native = {(topic, 0): 11, (topic, 2): 7}
+    await asyncio.to_thread(native_groups.commit, broker.bootstrap, GROUP_ID, native)
+    await create(kmock, group_body(topic, broker.bootstrap))
+    await operator.wait_for(lambda: reason_of(kmock, "Adopted") == ("True", "Imported"))
+    assert await coordinator_offsets(operator) == native
+    adoption = kmock.get(CG, NS, "orders")["status"]["adoption"]  # type: ignore[index]
+    assert adoption["source"] == f"kafka://{broker.bootstrap}/{GROUP_ID}"
+    assert adoption["partitions"] == 2
+    assert adoption["offsets"] == [
+        {"topic": topic, "partition": 0, "offset": 11},
+        {"topic": topic, "partition": 2, "offset": 7},
+    ]
+    assert adoption["time"].endswith("Z")
+    await operator.wait_for(lambda: "Adopted" in event_reasons(kmock))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    # Once adopted, never again: a later native commit is not read back.
+    await asyncio.to_thread(native_groups.commit, broker.bootstrap, GROUP_ID, {(topic, 1): 99})
+    await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 1}})
+    await operator.wait_for(
+        lambda: (kmock.get(CG, NS, "orders") or {}).get("status", {}).get("observedGeneration") == 2
+    )
+    assert await coordinator_offsets(operator) == native
+
+
+async def test_never_leaves_the_native_offsets_alone(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    native = {(topic, 1): 5}
+    await asyncio.to_thread(native_groups.commit, broker.bootstrap, GROUP_ID, native)
+    await create(kmock, group_body(topic, broker.bootstrap, offsets={"adopt": "Never"}))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    await operator.wait_for(lambda: reason_of(kmock, "OffsetsMirrored") == ("True", "CaughtUp"))
+    assert await coordinator_offsets(operator) == {}
+    assert condition(kmock, "Adopted") is None
+    assert "adoption" not in kmock.get(CG, NS, "orders")["status"]  # type: ignore[index]
+    # With nothing committed here, the mirror has nothing to write over them either.
+    assert await native_offsets(broker.bootstrap, topic) == native
+
+
+async def test_adoption_waits_while_native_consumers_are_active(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": GROUP_ID,
+            "session.timeout.ms": 6000,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            await asyncio.to_thread(consumer.poll, 0.2)
+        assert consumer.assignment(), "the native consumer never joined"
+        # The native consumer has made progress that must not be lost.
+        await asyncio.to_thread(
+            consumer.commit,
+            offsets=[_partition(topic, 3, 21)],
+            asynchronous=False,
+        )
+        await create(kmock, group_body(topic, broker.bootstrap))
+        await operator.wait_for(
+            lambda: reason_of(kmock, "Adopted") == ("False", "NativeMembersActive")
+        )
+        await operator.wait_for(
+            lambda: reason_of(kmock, "Ready") == ("False", "NativeMembersActive")
+        )
+        assert "active members" in condition(kmock, "Adopted")["message"]  # type: ignore[index]
+        # No pod may start while another coordinator owns the group.
+        assert kmock.get("apps/v1/statefulsets", NS, "orders") is None
+        assert await coordinator_offsets(operator) == {}
+        await asyncio.to_thread(consumer.close)
+        await operator.wait_for(
+            lambda: reason_of(kmock, "Adopted") == ("True", "Imported"), within=60
+        )
+        assert await coordinator_offsets(operator) == {(topic, 3): 21}
+        await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    finally:
+        consumer.close()
+
+
+async def test_a_retained_group_leaves_the_native_group_where_plain_consumers_resume(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = await asyncio.to_thread(topics.create_topic, broker.bootstrap, 2, 10)
+    # An hour between mirror commits: only the final flush can carry the last commit.
+    await create(
+        kmock,
+        group_body(topic, broker.bootstrap, replicas=0, offsets={"mirrorIntervalSeconds": 3600}),
+    )
+    await operator.wait_for(lambda: reason_of(kmock, "OffsetsMirrored") == ("True", "CaughtUp"))
+    runtime = operator.state.runtime
+    committed = {(topic, 0): 4, (topic, 1): 8}
+    response = await operator.call(
+        runtime.commit_offsets(
+            messages.OffsetCommitRequest(
+                GROUP_ID,
+                "",
+                messages.LEAVE_EPOCH,
+                {tp: messages.CommitOffset(offset) for tp, offset in committed.items()},
+            )
+        )
+    )
+    assert not response.errors
+    assert await native_offsets(broker.bootstrap, topic) == {}
+
+    await kube.api_call(kmock, "DELETE", GROUP_PATH)
+    await operator.wait_for(lambda: kmock.get(CG, NS, "orders") is None)
+    assert await native_offsets(broker.bootstrap, topic) == committed
+    assert "GroupRetained" in event_reasons(kmock)
+
+    # A stock consumer of the same group id resumes exactly there.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": GROUP_ID,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        first: dict[int, str] = {}
+        deadline = time.monotonic() + 60
+        while len(first) < 2 and time.monotonic() < deadline:
+            message = await asyncio.to_thread(consumer.poll, 0.5)
+            if message is not None and message.error() is None:
+                first.setdefault(message.partition(), message.value().decode())
+        assert first == {0: "m4", 1: "m8"}
+    finally:
+        await asyncio.to_thread(consumer.close)
+
+
+def _partition(topic: str, partition: int, offset: int) -> Any:
+    from confluent_kafka import TopicPartition
+
+    return TopicPartition(topic, partition, offset)
