@@ -156,6 +156,7 @@ async def test_a_local_run_without_java_fails_saying_what_is_missing(
 ) -> None:
     # The slim operator image has no Java: the run fails at once with the way out.
     monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
     local = runner.LocalSparkRunner()
     run = runner.JobRun(job="snapshot", name="nojava", namespace=NS, arguments=())
     await local.start(run)

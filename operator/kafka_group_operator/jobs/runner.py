@@ -223,6 +223,14 @@ async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
     )
 
 
+def _java_found() -> bool:
+    # Where Spark's launcher looks: JAVA_HOME, else the PATH.
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(Path(home) / "bin" / "java", os.X_OK):
+        return True
+    return shutil.which("java") is not None
+
+
 async def _refused(outcome: JobOutcome) -> JobOutcome:
     return outcome
 
@@ -252,7 +260,7 @@ class LocalSparkRunner:
             what
             for what, found in (
                 ("pyspark", importlib.util.find_spec("pyspark") is not None),
-                ("Java", shutil.which("java") is not None),
+                ("Java", _java_found()),
             )
             if not found
         ]
