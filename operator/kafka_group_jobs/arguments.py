@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kafka_group_jobs import errors, fence, topics
-from kafka_group_records import results
+from kafka_group_records import partitioning, results
 
 if TYPE_CHECKING:  # pyspark is imported only once a job runs Spark (see ``run``)
     from pyspark.sql import DataFrame, SparkSession
@@ -153,21 +153,23 @@ def read_state(
     config: dict[str, str],
     partitions: list[int] | None = None,
     starts: dict[int, int] | None = None,
-    coordinator: fence.Coordinator | None = None,
+    fenced: fence.ReadFence | None = None,
 ) -> tuple[DataFrame, fence.ReadFence, list[source.OffsetRange]]:
-    """The state topic up to a read fence (see ``fence``), the fence, and the offset ranges
+    """The state topic up to a read fence (``fenced``, taken before Spark started; else the
+    last stable offsets of ``partitions``, all by default), the fence, and the offset ranges
     the frame's reading tasks cover (in task order, for ``progress``).
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
     from kafka_group_jobs import source
 
-    chosen = (
-        list(range(topics.partition_count(bootstrap, topic, config)))
-        if partitions is None
-        else partitions
-    )
-    fenced = fence.obtain(bootstrap, topic, chosen, config, coordinator, partitions is None)
+    if fenced is None:
+        chosen = (
+            list(range(topics.partition_count(bootstrap, topic, config)))
+            if partitions is None
+            else partitions
+        )
+        fenced = fence.obtain(bootstrap, topic, chosen, config)
     ends = fenced.end_offsets
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
@@ -181,6 +183,20 @@ def read_state(
         .option("maxRecordsPerSplit", str(RECORDS_PER_SPLIT))
     )
     return reader.load(), fenced, source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+
+
+def take_fence(
+    bootstrap: str,
+    topic: str,
+    config: dict[str, str],
+    coordinator: fence.Coordinator | None,
+    group: str | None = None,
+) -> fence.ReadFence:
+    """Before Spark: the read fence over ``group``'s state partition (every partition when
+    ``group`` is None), so that a coordinator that refuses is one line before Spark starts."""
+    count = topics.partition_count(bootstrap, topic, config)
+    chosen = list(range(count)) if group is None else [partitioning.partition_for(group, count)]
+    return fence.obtain(bootstrap, topic, chosen, config, coordinator, group is None)
 
 
 def add_coordinator(parsed: argparse.ArgumentParser, what: str) -> None:

@@ -39,14 +39,14 @@ def compact(
     state_topic: str,
     output: str,
     config: dict[str, str] | None = None,
-    coordinator: fence.Coordinator | None = None,
+    fenced: fence.ReadFence | None = None,
 ) -> dict[str, Any]:
     """Writes the checkpoint; returns its manifest."""
     from kafka_group_jobs import progress, transforms
 
     config = config or {}
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, coordinator=coordinator
+        spark, bootstrap, state_topic, config, fenced=fenced
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
     latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS))
@@ -106,6 +106,7 @@ def _main(argv: Sequence[str] | None) -> int:
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
+    fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator)
     from kafka_group_jobs import session  # only now: see the module docstring
 
     with session.job_session("kafka-group-compaction", args.master) as spark:
@@ -115,7 +116,7 @@ def _main(argv: Sequence[str] | None) -> int:
             args.topic,
             args.output,
             config,
-            coordinator,
+            fenced,
         )
     if args.json:
         arguments.emit_result(result)

@@ -95,7 +95,7 @@ def plan(
     scope_topics: tuple[str, ...] = (),
     scope_partitions: dict[str, tuple[int, ...]] | None = None,
     config: dict[str, str] | None = None,
-    coordinator: fence.Coordinator | None = None,
+    fenced: fence.ReadFence | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
     """The rows to write, the snapshot partitions that no longer exist, and the kind of read
     fence the group's commits were read up to."""
@@ -106,7 +106,7 @@ def plan(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition], coordinator=coordinator
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
     with progress.watching(spark, f"reading {state_topic}", ranges, len(fenced.end_offsets)):
@@ -382,6 +382,7 @@ def _main(argv: Sequence[str] | None) -> int:
     arguments.check_state_topic(args.bootstrap, args.topic, config)
     if coordinator is not None:
         check_coordinator(coordinator.url, args.group, args.token, not args.dry_run)
+    fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator, args.group)
     target = {
         "to": args.to,
         **{
@@ -406,7 +407,7 @@ def _main(argv: Sequence[str] | None) -> int:
             scope,
             partitions,
             config,
-            coordinator,
+            fenced,
         )
         document = audit(args.group, target, rows, missing, args.dry_run, read_fence)
         if not args.dry_run and rows and coordinator is not None:

@@ -51,7 +51,7 @@ def take(
     as_of_ms: int | None = None,
     config: dict[str, str] | None = None,
     allow_empty: bool = True,
-    coordinator: fence.Coordinator | None = None,
+    fenced: fence.ReadFence | None = None,
 ) -> dict[str, Any]:
     """Takes the snapshot; returns its manifest plus ``logEndOffsets`` (one row per partition).
 
@@ -66,7 +66,7 @@ def take(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition], coordinator=coordinator
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
     )
     ends = fenced.end_offsets
     # Materialized once: the state topic is read exactly once, whatever follows.
@@ -202,6 +202,7 @@ def _main(argv: Sequence[str] | None) -> int:
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
+    fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator, args.group)
     from kafka_group_jobs import session  # only now: see the module docstring
 
     with session.job_session("kafka-group-snapshot", args.master) as spark:
@@ -214,7 +215,7 @@ def _main(argv: Sequence[str] | None) -> int:
             as_of_ms,
             config,
             allow_empty=args.allow_empty,
-            coordinator=coordinator,
+            fenced=fenced,
         )
     if args.json:
         arguments.emit_result(manifest)

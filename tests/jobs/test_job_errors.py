@@ -344,3 +344,25 @@ def test_progress_counts_finished_ranges_and_partitions() -> None:
     assert progress.progress_line("reading s", ranges, {0, 1, 2}, 3) == (
         "reading s: 3/3 partitions done, 180/180 records read"
     )
+
+
+@pytest.mark.broker
+def test_a_read_fence_the_coordinator_refuses_fails_before_spark_starts(
+    coordinated: demo.LocalGroup, tmp_path: Path
+) -> None:
+    """The fence is taken before Spark starts: a wrong token is one line, exit 1."""
+    group = coordinated
+    assert group.broker is not None
+    done = run_job(
+        "snapshot",
+        "--bootstrap", group.broker.bootstrap, "--topic", group.state_topic,
+        "--group", group.group, "--output", (tmp_path / "s").as_uri(),
+        "--coordinator-url", group.coordinator_url, "--token", "not-the-token",
+    )  # fmt: skip
+    assert_one_line(
+        done,
+        "snapshot",
+        f"the coordinator at {group.coordinator_url} refused a read fence:"
+        f" GROUP_AUTHORIZATION_FAILED: the token is not valid for group {group.group!r}",
+        1,
+    )
