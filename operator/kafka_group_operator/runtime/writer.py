@@ -62,7 +62,8 @@ _FENCED_CODES = frozenset(
 )
 
 
-# Nonces of markers written by coordinators start so; other writers (jobs) use other nonces.
+# Nonces of markers written by coordinators start so. Markers with other nonces come from the
+# jobs of earlier versions, which appended their own; jobs now ask the coordinator (read_fence).
 COORDINATOR_NONCE_PREFIX = "coordinator-"
 
 
