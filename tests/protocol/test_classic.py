@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_subscription.v1.data import (
     ConsumerProtocolSubscription as SubscriptionV1,
@@ -177,6 +178,15 @@ async def test_dynamic_member_joins_syncs_heartbeats_and_commits(
         assert commit_errors(stale) == [ILLEGAL_GENERATION]
         assert (await connection.call(beat(group, member_id, 7))).error_code == ILLEGAL_GENERATION
         assert (await connection.call(beat(group, "nobody", 1))).error_code == UNKNOWN_MEMBER_ID
+
+        # ConsumerGroupDescribe v1 tells a classic member apart (member type 0).
+        described = await connection.call(
+            ConsumerGroupDescribeRequest(
+                group_ids=(GroupId(group),), include_authorized_operations=False
+            )
+        )
+        (member,) = described.groups[0].members
+        assert (member.member_id, member.member_epoch, member.member_type) == (member_id, 1, 0)
 
         # LeaveGroup v0 (one member): gone, and its heartbeats are unknown.
         left = await connection.call(LeaveV0(group_id=GroupId(group), member_id=member_id))

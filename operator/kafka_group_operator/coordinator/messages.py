@@ -120,6 +120,8 @@ class MemberDescription:
     # As Kafka's DescribeGroups: the client id it sent and the address it connected from.
     client_id: str = ""
     client_host: str = ""
+    # Whether it speaks the classic protocol (JoinGroup) rather than KIP-848's.
+    classic: bool = False
 
 
 @dataclass(frozen=True, slots=True)

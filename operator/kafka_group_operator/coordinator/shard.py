@@ -252,6 +252,7 @@ class CoordinatorShard:
                     partitions_pending_revocation=existing.by_name(member.pending_revocation),
                     client_id=member.client_id,
                     client_host=member.client_host,
+                    classic=member.subscription().classic_member_metadata is not None,
                 )
                 for member in members
             ),

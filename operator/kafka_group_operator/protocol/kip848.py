@@ -18,7 +18,9 @@ from kio.static.primitive import i32Timedelta
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.protocol import dispatch
 
-# ConsumerGroupDescribe v1 member types (Kafka's ConsumerGroupDescribeResponse.json).
+# ConsumerGroupDescribe v1 member types (Kafka's ConsumerGroupDescribeResponse.json:
+# "-1 for unknown. 0 for classic member. +1 for consumer member.").
+MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
 
 
@@ -144,7 +146,7 @@ async def consumer_group_describe(ctx: dispatch.RequestContext, request: Any) ->
                         "Assignment",
                         topic_partitions=_wire_assignment(ctx, member.target_assignment),
                     ),
-                    member_type=MEMBER_TYPE_CONSUMER,
+                    member_type=MEMBER_TYPE_CLASSIC if member.classic else MEMBER_TYPE_CONSUMER,
                 )
                 for member in described.members
             )
