@@ -193,7 +193,7 @@ async def test_covered_offsets_come_from_the_checkpoint_alone(
     history: History, tmp_path: Path
 ) -> None:
     """Proof that the covered part of the log is not read: a checkpoint that leaves a group
-    out (as compaction leaves an expired group out) loads without that group."""
+    out (no compaction does: it is made for this proof) loads without that group."""
     table = checkpoints.read(history.checkpoint, history.config.topic, PARTITIONS, range(4))
     dropped = "offsets-2"  # committed before the checkpoint only
     home = partitioning.partition_for(dropped, PARTITIONS)
