@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
@@ -119,7 +118,7 @@ async def test_adoption_waits_while_native_consumers_are_active(
         # The native consumer has made progress that must not be lost.
         await asyncio.to_thread(
             consumer.commit,
-            offsets=[_partition(topic, 3, 21)],
+            offsets=[TopicPartition(topic, 3, 21)],
             asynchronous=False,
         )
         await create(kmock, group_body(topic, broker.bootstrap))
@@ -197,7 +196,53 @@ async def test_a_retained_group_leaves_the_native_group_where_plain_consumers_re
         await asyncio.to_thread(consumer.close)
 
 
-def _partition(topic: str, partition: int, offset: int) -> Any:
-    from confluent_kafka import TopicPartition
-
-    return TopicPartition(topic, partition, offset)
+async def test_a_refused_mirror_shows_in_the_condition_and_mirroring_can_be_turned_off(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    # Native consumers that have committed nothing leave nothing to adopt, so the group
+    # starts; the brokers then refuse the mirror, and the condition says why.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": GROUP_ID,
+            "session.timeout.ms": 6000,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            await asyncio.to_thread(consumer.poll, 0.2)
+        assert consumer.assignment(), "the native consumer never joined"
+        await create(
+            kmock,
+            group_body(topic, broker.bootstrap, offsets={"mirrorIntervalSeconds": 1}),
+        )
+        await operator.wait_for(lambda: reason_of(kmock, "Adopted") == ("True", "NothingToImport"))
+        response = await operator.call(
+            operator.state.runtime.commit_offsets(
+                messages.OffsetCommitRequest(
+                    GROUP_ID, "", messages.LEAVE_EPOCH, {(topic, 0): messages.CommitOffset(3)}
+                )
+            )
+        )
+        assert not response.errors
+        await operator.wait_for(
+            lambda: reason_of(kmock, "OffsetsMirrored") == ("False", "MirrorFailed"), within=60
+        )
+        message = condition(kmock, "OffsetsMirrored")["message"]  # type: ignore[index]
+        assert "UNKNOWN_MEMBER_ID" in message
+        assert "active members" in message
+        await kube.api_call(
+            kmock, "PATCH", GROUP_PATH, {"spec": {"offsets": {"mirrorToKafka": False}}}
+        )
+        await operator.wait_for(
+            lambda: reason_of(kmock, "OffsetsMirrored") == ("False", "MirrorDisabled")
+        )
+        assert operator.state.runtime.mirror.status(GROUP_ID) is None
+    finally:
+        await asyncio.to_thread(consumer.close)

@@ -89,6 +89,7 @@ async def test_committed_offsets_reach_the_native_group_within_the_interval(
         status = await _status_until(runtime, "mirrored", mirror.MirrorReason.CAUGHT_UP)
         assert status.mirrored
         assert status.behind == 0
+        assert runtime.mirror.statuses() == {"mirrored": status}
         # A group not configured for mirroring is left alone.
         await _commit(runtime, "unmirrored", {(topic, 0): 3})
         assert runtime.mirror.status("unmirrored") is None

@@ -167,6 +167,10 @@ class OffsetMirror:
         state = self._groups.get(group_id)
         return None if state is None else state.status
 
+    def statuses(self) -> dict[str, MirrorStatus]:
+        """The status of every mirrored group (for metrics)."""
+        return {group_id: state.status for group_id, state in self._groups.items()}
+
     async def flush(self, group_id: str) -> MirrorStatus | None:
         """Mirror what changed now, without waiting for the interval (e.g. before a group
         leaves the operator); None when the group is not mirrored."""
