@@ -25,7 +25,7 @@ from tests.support import groups
 
 DOCUMENT = openapi.document()
 PARTITIONS = 2
-PORTS = {0: embedded.free_port(), 1: embedded.free_port(), "stale": embedded.free_port()}
+PORTS = {name: embedded.free_port() for name in (0, 1, "stale", "loop-a", "loop-b")}
 URLS = {p: f"http://127.0.0.1:{PORTS[p]}" for p in (0, 1)}
 # Nothing listens there: a peers map naming a coordinator that is gone.
 GONE = f"http://127.0.0.1:{embedded.free_port()}"
@@ -121,7 +121,8 @@ Clients = dict[int | str, test_utils.TestClient[Any, Any]]
 async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients]:
     """Coordinator ``p`` serves state partition ``p`` at ``URLS[p]``, knowing the other.
     ``"stale"`` serves partition 0 too (the same runtime) with a peers map naming ``GONE`` for
-    partition 1; ``"silent"`` serves partition 0 with no peers map."""
+    partition 1; ``"silent"`` serves partition 0 with no peers map; ``"loop-a"`` and
+    ``"loop-b"`` serve partition 0 and each names the other for partition 1."""
     name = f"discovery-state-{uuid.uuid4().hex[:8]}"
     token_store = tokens.GroupTokens({_group_on(0): "t0", _group_on(1): "t1"})
     async with contextlib.AsyncExitStack() as stack:
@@ -145,11 +146,20 @@ async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients
                 clients["stale"] = await _serve(
                     stack, app.build_app(runtime, token_store, stale), PORTS["stale"]
                 )
+                for name, other in (("loop-a", "loop-b"), ("loop-b", "loop-a")):
+                    loop = discovery.Directory(PARTITIONS, frozenset({0}), None, {1: _url(other)})
+                    clients[name] = await _serve(
+                        stack, app.build_app(runtime, token_store, loop), PORTS[name]
+                    )
                 silent = discovery.Directory(PARTITIONS, frozenset({0}))
                 clients["silent"] = await _serve(
                     stack, app.build_app(runtime, token_store, silent), embedded.free_port()
                 )
         yield clients
+
+
+def _url(name: int | str) -> str:
+    return f"http://127.0.0.1:{PORTS[name]}"
 
 
 async def _serve(
@@ -218,11 +228,9 @@ async def test_the_member_client_follows_the_hint_until_the_next(coordinators: C
     group = _group_on(1)
     follower = member_client.CoordinatorClient(URLS[0], group, "t1")
     try:
-        with pytest.raises(member_client.CoordinatorMoved) as moved:
-            await asyncio.to_thread(follower.fetch)
-        assert moved.value.name == "NOT_COORDINATOR"
+        # Sent on to the coordinator named, which answers (a group without commits: none).
+        assert await asyncio.to_thread(follower.fetch) == {}
         assert follower.coordinator_url == URLS[1]
-        # Answered by the coordinator named, from then on (a group without commits: none).
         for _ in range(3):
             assert await asyncio.to_thread(follower.fetch) == {}
         assert follower.coordinator_url == URLS[1]
@@ -234,21 +242,25 @@ async def test_the_member_client_follows_the_hint_until_the_next(coordinators: C
 @pytest.mark.asyncio(loop_scope="module")
 async def test_the_member_client_asks_its_configured_url_again(coordinators: Clients) -> None:
     group = _group_on(1)
-    stale_url = f"http://127.0.0.1:{PORTS['stale']}"
-    follower = member_client.CoordinatorClient(stale_url, group, "t1", timeout_s=5)
+    follower = member_client.CoordinatorClient(_url("stale"), group, "t1", timeout_s=5)
     try:
-        with pytest.raises(member_client.CoordinatorMoved):
-            await asyncio.to_thread(follower.fetch)
-        assert follower.coordinator_url == GONE
-        # The coordinator named is gone: the next request fails, and the one after it asks
-        # the configured URL again, which names the coordinator again.
-        with pytest.raises(member_client.CoordinatorUnreachable):
-            await asyncio.to_thread(follower.fetch)
-        assert follower.coordinator_url == stale_url
-        with pytest.raises(member_client.CoordinatorMoved):
-            await asyncio.to_thread(follower.fetch)
+        # Named, but gone: the request fails, and the next one asks the configured URL again.
+        for _ in range(2):
+            with pytest.raises(member_client.CoordinatorUnreachable):
+                await asyncio.to_thread(follower.fetch)
+            assert follower.coordinator_url == _url("stale")
     finally:
         follower.close()
+    # Two coordinators naming each other: the client hops once, then raises (retriable).
+    looping = member_client.CoordinatorClient(_url("loop-a"), group, "t1")
+    try:
+        with pytest.raises(member_client.CoordinatorMoved) as moved:
+            await asyncio.to_thread(looping.fetch)
+        assert moved.value.name == "NOT_COORDINATOR"
+        assert moved.value.retriable
+        assert looping.coordinator_url == _url("loop-a")
+    finally:
+        looping.close()
     # A NOT_COORDINATOR naming nobody leaves the client where it is.
     silent = coordinators["silent"]
     silent_url = f"http://127.0.0.1:{silent.port}"

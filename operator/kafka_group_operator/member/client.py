@@ -12,8 +12,10 @@ coordinators split the groups, a ``NOT_COORDINATOR`` answer names the group's co
 doing so until the next ``NOT_COORDINATOR`` (which names the coordinator anew, or, naming none,
 sends the client back to its configured URL), or until that coordinator cannot be reached
 (then the configured URL is asked again, as Kafka marks its coordinator unknown on a
-disconnect). A ``NOT_COORDINATOR`` that named a new address is raised as ``CoordinatorMoved``,
-which the caller may retry at once.
+disconnect). A request answered ``NOT_COORDINATOR`` with a new address is sent there at once
+(it was not applied: a coordinator answers NOT_COORDINATOR only for what it did not apply),
+as Kafka's consumer sends its request as soon as FindCoordinator answers; a second such answer
+in a row (coordinators naming each other) is raised as ``CoordinatorMoved``, retriable.
 """
 
 from __future__ import annotations
@@ -138,9 +140,20 @@ class CoordinatorClient:
     ) -> Json:
         """One call; raises the coordinator's error for a non-2xx reply.
 
-        ``deadline`` (a ``time.monotonic()`` instant) bounds the whole call, retry included:
-        no socket operation waits past it, and a call that timed out is never repeated.
+        ``deadline`` (a ``time.monotonic()`` instant) bounds the whole call, retries included:
+        no socket operation waits past it, and a call that timed out is never repeated. A
+        NOT_COORDINATOR naming another coordinator is sent there once, before the deadline.
         """
+        try:
+            return self._request_once(method, path, body, deadline)
+        except CoordinatorMoved:
+            if _remaining(deadline) <= 0:
+                raise
+            return self._request_once(method, path, body, deadline)
+
+    def _request_once(
+        self, method: str, path: str, body: Json | None, deadline: float | None
+    ) -> Json:
         payload = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2):
             connection = self._connection()

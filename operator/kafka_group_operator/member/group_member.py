@@ -73,9 +73,8 @@ CommitCallback = Callable[[Mapping[TopicPartition, int], Mapping[TopicPartition,
 # coordinator turns it into COORDINATOR_NOT_AVAILABLE before answering), no answer at all
 # (Kafka's onFailure retries a RetriableException such as a disconnect), and, unlike Kafka,
 # UNRELEASED_INSTANCE_ID: the pod that replaces a dead pod waits for its predecessor's session
-# to expire instead of crash-looping through it. A NOT_COORDINATOR that names another
-# coordinator (client.CoordinatorMoved) is retried there at once, as Kafka's consumer sends its
-# next heartbeat as soon as FindCoordinator answers; twice in a row, it backs off as usual.
+# to expire instead of crash-looping through it. A NOT_COORDINATOR naming another coordinator
+# is followed by the client itself (see ``client``); only a second one in a row reaches here.
 RETRY_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
     errors.NotCoordinator,
     errors.CoordinatorNotAvailable,  # client.CoordinatorUnreachable included
@@ -474,9 +473,6 @@ class GroupMember:
 
     def _heartbeat_loop(self) -> None:
         backoff = BACKOFF_INITIAL_S
-        # The last failure moved us to another coordinator: two coordinators naming each
-        # other must not make the loop spin.
-        just_moved = False
         lost_after_s = self.config.lost_after_ms / 1000
         while not self._stopping.is_set():
             # Cleared before reading the state, so a change made while the request is in
@@ -501,12 +497,6 @@ class GroupMember:
                 self._wake.wait(BACKOFF_INITIAL_S)
                 continue
             except RETRY_ERRORS as error:
-                moved = isinstance(error, client.CoordinatorMoved)
-                if moved and not just_moved:
-                    just_moved = True
-                    logger.info("heartbeat: %s", error)
-                    continue
-                just_moved = moved
                 delay = backoff * random.uniform(0.8, 1.2)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 now = time.monotonic()
@@ -520,7 +510,7 @@ class GroupMember:
             except errors.CoordinatorError as error:
                 self._fail(error)
                 return
-            backoff, just_moved = BACKOFF_INITIAL_S, False
+            backoff = BACKOFF_INITIAL_S
             self._apply_reply(reply, sent_at, generation)
             # Heartbeat well before the ownership goes stale, whatever the interval.
             self._wake.wait(min(self._interval_s, lost_after_s / 2))
