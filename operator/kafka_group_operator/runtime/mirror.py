@@ -99,18 +99,26 @@ class _Group:
     def __init__(self, group_id: str, target: MirrorTarget) -> None:
         self.group_id = group_id
         self.target = target
+        # The consumer that commits, and the target it was made for. Created, used and closed
+        # only under ``lock``: librdkafka must not close a consumer that is committing.
         self._consumer: Consumer | None = None
+        self._consumer_target: MirrorTarget | None = None
         # (offset, metadata) the native group holds, as far as this task knows.
         self.mirrored: dict[TopicPartition, tuple[int, str]] = {}
         self.status = MirrorStatus(MirrorReason.PENDING, "not mirrored yet")
         self.lock = asyncio.Lock()
         self.retarget = asyncio.Event()
+        self.stopped = False
         self.task: asyncio.Task[None] | None = None
 
-    def consumer(self) -> Consumer:
-        """A consumer of the group that never subscribes: it only commits, member-less."""
+    async def consumer(self) -> Consumer:
+        """A consumer of the group that never subscribes: it only commits, member-less.
+        Call under ``lock``."""
+        if self._consumer is not None and self._consumer_target != self.target:
+            await self.close_consumer()
         if self._consumer is None:
             target = self.target
+            self._consumer_target = target
             timeout_ms = round(target.request_timeout_seconds * 1000)
             self._consumer = Consumer(
                 {
@@ -126,9 +134,12 @@ class _Group:
             )
         return self._consumer
 
-    def drop_consumer(self) -> Consumer | None:
+    async def close_consumer(self) -> None:
+        """Call under ``lock``."""
         consumer, self._consumer = self._consumer, None
-        return consumer
+        if consumer is not None:
+            # Off the event loop: closing may wait for the group's coordinator.
+            await asyncio.to_thread(consumer.close)
 
 
 class OffsetMirror:
@@ -149,7 +160,6 @@ class OffsetMirror:
                 if existing.target.bootstrap_servers != target.bootstrap_servers:
                     existing.mirrored.clear()  # another cluster holds none of it
                 existing.target = target
-                _close_later(existing.drop_consumer())
                 existing.retarget.set()
             return
         state = _Group(group_id, target)
@@ -157,10 +167,12 @@ class OffsetMirror:
         self._groups[group_id] = state
 
     def remove(self, group_id: str) -> None:
+        """Stop mirroring ``group_id``: its task ends after the attempt under way, if any
+        (a commit is never abandoned half-way), and closes its consumer."""
         state = self._groups.pop(group_id, None)
-        if state is not None and state.task is not None:
-            state.task.cancel()
-            _close_later(state.drop_consumer())
+        if state is not None:
+            state.stopped = True
+            state.retarget.set()
 
     def status(self, group_id: str) -> MirrorStatus | None:
         """How far the native group is behind; None when the group is not mirrored."""
@@ -181,19 +193,22 @@ class OffsetMirror:
         return state.status
 
     async def stop(self) -> None:
+        """End every group's task (each after its attempt under way)."""
         states = list(self._groups.values())
+        for group_id in [state.group_id for state in states]:
+            self.remove(group_id)
         tasks = [state.task for state in states if state.task is not None]
-        self._groups.clear()
-        for task in tasks:
-            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for state in states:
-            consumer = state.drop_consumer()
-            if consumer is not None:
-                await asyncio.to_thread(consumer.close)
 
     async def _run(self, state: _Group) -> None:
-        while True:
+        try:
+            await self._loop(state)
+        finally:
+            async with state.lock:
+                await state.close_consumer()
+
+    async def _loop(self, state: _Group) -> None:
+        while not state.stopped:
             try:
                 await self._mirror_once(state)
             except Exception:
@@ -213,6 +228,8 @@ class OffsetMirror:
 
     async def _mirror_once(self, state: _Group) -> None:
         async with state.lock:
+            if state.stopped:
+                return
             try:
                 offsets = self._read(state.group_id)
             except errors.CoordinatorError as error:
@@ -263,7 +280,7 @@ class OffsetMirror:
             KafkaTopicPartition(topic, partition, offset, metadata=metadata)
             for (topic, partition), (offset, metadata) in sorted(changed.items())
         ]
-        consumer = state.consumer()
+        consumer = await state.consumer()
         try:
             answered = await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
         except KafkaException as error:
@@ -282,12 +299,6 @@ class OffsetMirror:
             if state.mirrored.get(tp) != changed[tp]:
                 failed.setdefault(tp, "no answer for the partition")
         return failed
-
-
-def _close_later(consumer: Consumer | None) -> None:
-    """Close a consumer off the event loop (it may wait for its coordinator)."""
-    if consumer is not None:
-        asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
 
 def _error_text(error: BaseException) -> str:
