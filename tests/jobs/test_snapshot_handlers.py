@@ -405,6 +405,29 @@ async def test_a_cluster_reset_without_results_storage_fails_and_resumes(
     assert (condition["status"], condition["reason"]) == ("False", "Failed")
 
 
+@pytest.mark.kmock(cls=kube.ApiServer)
+async def test_an_offset_reset_the_crd_would_refuse_is_refused_before_anything_pauses(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, data_topic: str, broker: Any
+) -> None:
+    # A server without the CRD's CEL rules lets it through; the typed view refuses it.
+    reset = {"to": "offset", "dryRun": False}
+    await create_group(kmock, data_topic, broker.bootstrap, offsetReset=reset)
+    last = await operator.wait_for(
+        lambda: (
+            (found := status_of(kmock, CG, "payments").get("lastReset"))
+            and found.get("stage") == "Done"
+            and found
+        ),
+        60,
+    )
+    assert (last["phase"], last["reason"]) == ("Failed", "InvalidSpec")
+    assert last["message"] == "offsetReset.to=offset needs offsetReset.offset"
+    (condition,) = [
+        c for c in status_of(kmock, CG, "payments")["conditions"] if c["type"] == "ResetInProgress"
+    ]
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidSpec")
+
+
 # The shape of a local run's stderr: Spark's log4j lines, the job's own error line, then what
 # the JVM logs while it shuts down, stack frames included.
 SPARK_STDERR = """\

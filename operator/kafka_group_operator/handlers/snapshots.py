@@ -45,6 +45,7 @@ from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, group_settings, offset_jobs
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors as spec_errors
+from kafka_group_operator.specs import offset_jobs as spec_views
 
 SNAPSHOTS = ("kafkagroups.io", "v1alpha1", "offsetsnapshots")
 CONSUMER_GROUPS = ("kafkagroups.io", "v1alpha1", "consumergroups")
@@ -297,8 +298,8 @@ async def schedule_snapshots(
     if not schedule:
         return
     try:
-        specs.parse_snapshot_schedule(schedule.get("schedule"))
-    except spec_errors.InvalidSchedule as error:
+        view = spec_views.parse_snapshot_schedule_spec(schedule)
+    except spec_errors.InvalidSpec as error:
         scheduled = conditions.Condition(
             conditions.SNAPSHOTS_SCHEDULED, False, error.reason, error.message
         )
@@ -343,7 +344,7 @@ async def schedule_snapshots(
         meta["namespace"],
         labels={offset_jobs.SCHEDULED_BY_LABEL: meta["name"]},
     )
-    for name in offset_jobs.snapshots_to_prune(existing, int(schedule.get("historyLimit", 7))):
+    for name in offset_jobs.snapshots_to_prune(existing, view.history_limit):
         await kube.delete(kube_client.OFFSET_SNAPSHOTS, meta["namespace"], name)
         logger.info("snapshot %s deleted (beyond historyLimit)", name)
 
@@ -567,7 +568,13 @@ async def _drive_offset_reset(
         return  # a second claimant of the group id (GroupIdConflict) resets nobody's offsets
     fingerprint = offset_jobs.reset_fingerprint(offset_reset)
     machine_state = reset_machine.state_of(last, fingerprint)
-    dry_run = bool(offset_reset.get("dryRun", True))
+    try:
+        refusal = None
+        dry_run = spec_views.parse_offset_reset(offset_reset).dry_run
+    except spec_errors.InvalidSpec as error:
+        # Refused before anything pauses; a refusal records the same in either table.
+        refusal = Observed(Event.SCOPE_REFUSED, error.message, error.reason)
+        dry_run = True
     progress: dict[str, Any] = {
         "fingerprint": fingerprint,
         "target": dict(offset_reset),
@@ -585,7 +592,7 @@ async def _drive_offset_reset(
         ValueError,
     )
     try:
-        observed = await _observe(tick, machine_state)
+        observed = refusal or await _observe(tick, machine_state)
         transition = reset_machine.step(machine_state, observed.event, dry_run)
         await _carry_out(tick, transition, observed)
     except failures as error:
