@@ -12,7 +12,8 @@ about three minutes; Ctrl-C stops it cleanly too, Spark job included.
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
 rebalance benchmark. A member process is this module run with ``member``: a ``GroupMember``
 that appends what it does to a JSON-lines journal (each processed offset, each assignment
-change, each commit acknowledged), flushed line by line so that even ``kill -9`` leaves an exact record behind.
+change, each commit acknowledged), flushed line by line so that even ``kill -9`` leaves an
+exact record behind.
 SIGTERM makes a member leave temporarily (epoch -2, as a restarting pod); SIGUSR1 makes it
 leave for good (epoch -1, as a pod removed by a scale-down).
 """
@@ -597,7 +598,10 @@ def stop_process_group(process: subprocess.Popen[bytes]) -> None:
 
 def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dict[str, Any]:
     """``python -m kafka_group_jobs.<job>`` on local Spark, as the operator runs it without a
-    spark-operator; the view is redrawn while it runs. Returns the job's result document."""
+    spark-operator; the view is redrawn while it runs. Returns the job's result document.
+
+    The job reads up to the demo coordinator's read fence (``--coordinator-url``, with the
+    group's token in its environment, never on its command line)."""
     # The operator's own reading of a job's output; imported here, as it loads kopf.
     from kafka_group_operator.handlers import snapshots
 
@@ -611,10 +615,13 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
                 "-m",
                 f"kafka_group_jobs.{job}",
                 *arguments,
+                "--coordinator-url",
+                screen.group.coordinator_url,
                 "--master",
                 master,
                 "--json",
             ],
+            env={**os.environ, "KGO_GROUP_TOKEN": screen.group.token},
             stdout=stdout,
             stderr=log,
             # Its own session: Ctrl-C reaches the demo, which then stops the job and its JVM.
