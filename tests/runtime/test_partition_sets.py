@@ -102,6 +102,12 @@ async def test_two_runtimes_with_disjoint_sets_split_the_topic(
                     await other.fetch_offsets(messages.OffsetFetchRequest(group))
                 with pytest.raises(errors.NotCoordinator):
                     await other.describe_group(group)
+                # A job's read fence too: only the partition's coordinator may write it.
+                with pytest.raises(errors.NotCoordinator):
+                    await other.read_fence(group)
+                with pytest.raises(errors.NotCoordinator):
+                    await owner.read_fence(group, all_partitions=True)
+                assert list(await owner.read_fence(group)) == [partition]
             # A partition outside the set is neither failed nor unhealthy.
             assert a.unhealthy_partitions() == b.unhealthy_partitions() == []
             assert await a.list_groups() == sorted(group_of[p] for p in (0, 1))

@@ -517,6 +517,8 @@ class CoordinatorRuntime:
             return
         if partition.state is PartitionState.FENCED:
             raise _not_coordinator(index)
+        if partition.state is PartitionState.NOT_SERVED:
+            raise _not_served(index)
         if partition.state is PartitionState.LOADING:
             raise errors.CoordinatorLoadInProgress(f"state partition {index} is loading")
         raise errors.CoordinatorNotAvailable(f"state partition {index} is not served")
