@@ -1,8 +1,9 @@
 """The coordinator's Prometheus metrics: hot-path instruments and scrape-time collectors.
 
 ``RuntimeMetrics`` holds what the runtime updates as it serves (one counter increment and
-one histogram observation per request or per state-topic write, never more) and the
-log-end history that lag in seconds is estimated from. Everything else is read from the
+one histogram observation per request or per state-topic write, never more: plain numbers
+updated on the event loop's thread, without the lock prometheus_client's instruments take)
+and the log-end history that lag in seconds is estimated from. Everything else is read from the
 coordinator's memory when Prometheus scrapes: ``registry_for`` registers collectors that walk
 the loaded shards then, so a commit costs nothing for lag metrics.
 
@@ -27,15 +28,22 @@ or extrapolated from the table's first and last points when it is older than the
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from kafka_group_operator.coordinator import errors, messages, shard
 
@@ -136,66 +144,143 @@ class LogEndHistory:
         return max(0.0, now_s - predicted)
 
 
+class EventCounter:
+    """A counter updated only from the event loop's thread: a plain integer, no lock
+    (prometheus_client's ``Counter`` takes one per increment, which a heartbeat would feel).
+    Read by ``InstrumentCollector`` at scrape time, on the same thread."""
+
+    __slots__ = ("documentation", "name", "value")
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class LabelledCounter:
+    """``EventCounter`` per label values (few: a request kind and an error name)."""
+
+    __slots__ = ("documentation", "labels", "name", "values")
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, *label_values: str) -> None:
+        self.values[label_values] = self.values.get(label_values, 0.0) + 1.0
+
+
+class EventHistogram:
+    """A histogram updated only from the event loop's thread: one ``bisect`` and two
+    additions per observation (see ``EventCounter``)."""
+
+    __slots__ = ("bounds", "counts", "documentation", "name", "sum")
+
+    def __init__(self, name: str, documentation: str, bounds: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = bounds
+        # counts[i]: observations in (bounds[i-1], bounds[i]]; the last one above every bound.
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
+class InstrumentCollector(Collector):
+    """Exposes the runtime's counters and histograms in Prometheus's types."""
+
+    def __init__(self, metrics: RuntimeMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        metrics = self._metrics
+        for counter in metrics.counters:
+            family = CounterMetricFamily(counter.name, counter.documentation)
+            family.add_metric([], counter.value)
+            yield family
+        failed = metrics.failed
+        labelled = CounterMetricFamily(
+            failed.name, failed.documentation, labels=list(failed.labels)
+        )
+        for label_values, value in sorted(failed.values.items()):
+            labelled.add_metric(list(label_values), value)
+        yield labelled
+        for histogram in metrics.histograms:
+            histogram_family = HistogramMetricFamily(histogram.name, histogram.documentation)
+            cumulative = 0
+            buckets: list[tuple[str, float]] = []
+            for bound, count in zip(
+                [*map(floatToGoString, histogram.bounds), "+Inf"], histogram.counts, strict=True
+            ):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            histogram_family.add_metric([], buckets, histogram.sum)
+            yield histogram_family
+
+
 class RuntimeMetrics:
     """The runtime's instruments, in a registry of their own (one per runtime, so several
     runtimes in one process never share a series)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        registry = self.registry
-        self.heartbeats = Counter(
-            "kgo_heartbeats", "Consumer-group heartbeats answered", registry=registry
-        )
-        self.heartbeat_seconds = Histogram(
+        self.heartbeats = EventCounter("kgo_heartbeats", "Consumer-group heartbeats answered")
+        self.heartbeat_seconds = EventHistogram(
             "kgo_heartbeat_latency_seconds",
             "Time to answer a heartbeat, from its arrival at the runtime",
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            _LATENCY_BUCKETS,
         )
-        self.commits = Counter(
-            "kgo_offset_commits", "Offset-commit requests acknowledged", registry=registry
-        )
-        self.commit_seconds = Histogram(
+        self.commits = EventCounter("kgo_offset_commits", "Offset-commit requests acknowledged")
+        self.commit_seconds = EventHistogram(
             "kgo_offset_commit_latency_seconds",
             "Time to acknowledge an offset commit (durable on the state topic)",
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            _LATENCY_BUCKETS,
         )
-        self.failed = Counter(
+        self.failed = LabelledCounter(
             "kgo_failed_requests",
             "Requests answered with an error, by request and Kafka error name "
             "(FENCED_MEMBER_EPOCH, NOT_COORDINATOR, ...)",
             ("request", "error"),
-            registry=registry,
         )
-        self.append_seconds = Histogram(
+        self.append_seconds = EventHistogram(
             "kgo_state_topic_append_latency_seconds",
             "Time to append one batch of records to the state topic (one transaction)",
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            _LATENCY_BUCKETS,
         )
-        self.append_records = Counter(
-            "kgo_state_topic_appended_records",
-            "Records appended to the state topic",
-            registry=registry,
+        self.append_records = EventCounter(
+            "kgo_state_topic_appended_records", "Records appended to the state topic"
         )
-        self.load_seconds = Histogram(
+        self.load_seconds = EventHistogram(
             "kgo_state_partition_load_seconds",
             "Time to load state partitions (one observation per load, which may cover many)",
-            buckets=_LOAD_BUCKETS,
-            registry=registry,
+            _LOAD_BUCKETS,
         )
-        self.rebalances = Counter(
+        self.rebalances = EventCounter(
             "kgo_rebalances",
             "Rebalances started: a group left Stable (or Empty) for Assigning or Reconciling",
-            registry=registry,
         )
-        self.rebalance_seconds = Histogram(
+        self.rebalance_seconds = EventHistogram(
             "kgo_rebalance_duration_seconds",
             "Time from a group leaving a steady state to the heartbeat that found it steady",
-            buckets=_REBALANCE_BUCKETS,
-            registry=registry,
+            _REBALANCE_BUCKETS,
         )
+        self.counters = (self.heartbeats, self.commits, self.append_records, self.rebalances)
+        self.histograms = (
+            self.heartbeat_seconds,
+            self.commit_seconds,
+            self.append_seconds,
+            self.load_seconds,
+            self.rebalance_seconds,
+        )
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(InstrumentCollector(self))
         self.collectors_added = False
         # group id -> time.monotonic() its current rebalance was first seen
         self._rebalancing: dict[str, float] = {}
@@ -224,7 +309,7 @@ class RuntimeMetrics:
 
     def request_failed(self, request: str, error: BaseException) -> None:
         name = error.name if isinstance(error, errors.CoordinatorError) else type(error).__name__
-        self.failed.labels(request, name).inc()
+        self.failed.inc(request, name)
 
     def appended(self, records: int, seconds: float) -> None:
         self.append_records.inc(records)
