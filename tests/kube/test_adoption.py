@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -16,10 +17,13 @@ from kafka_group_operator.embedded import broker as embedded
 from tests.kube.test_consumer_groups import (
     CG,
     NS,
+    Member,
     condition,
     create,
     event_reasons,
     group_body,
+    heartbeat_until,
+    token_of,
 )
 from tests.support import kube, native_groups, topics
 
@@ -148,25 +152,25 @@ async def test_a_retained_group_leaves_the_native_group_where_plain_consumers_re
     broker: embedded.EmbeddedBroker,
 ) -> None:
     topic = await asyncio.to_thread(topics.create_topic, broker.bootstrap, 2, 10)
-    # An hour between mirror commits: only the final flush can carry the last commit.
+    # An hour between mirror commits: only the final flush can carry the last commits.
     await create(
         kmock,
-        group_body(topic, broker.bootstrap, replicas=0, offsets={"mirrorIntervalSeconds": 3600}),
+        group_body(topic, broker.bootstrap, replicas=1, offsets={"mirrorIntervalSeconds": 3600}),
     )
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
     await operator.wait_for(lambda: reason_of(kmock, "OffsetsMirrored") == ("True", "CaughtUp"))
-    runtime = operator.state.runtime
     committed = {(topic, 0): 4, (topic, 1): 8}
-    response = await operator.call(
-        runtime.commit_offsets(
-            messages.OffsetCommitRequest(
-                GROUP_ID,
-                "",
-                messages.LEAVE_EPOCH,
-                {tp: messages.CommitOffset(offset) for tp, offset in committed.items()},
-            )
+    # The pod's member commits through the member API, then stops for good.
+    async with aiohttp.ClientSession() as session:
+        member = Member(
+            session, operator.config.coordinator_url, token_of(kmock), "orders-0", topic
         )
-    )
-    assert not response.errors
+        await heartbeat_until([member], lambda: len(member.partitions) == 2)
+        for (_, partition), offset in committed.items():
+            status, reply = await member.commit(partition, offset)
+            assert status == 200, reply
+        await member.heartbeat(epoch=-1)
+    assert await coordinator_offsets(operator) == committed
     assert await native_offsets(broker.bootstrap, topic) == {}
 
     await kube.api_call(kmock, "DELETE", GROUP_PATH)
