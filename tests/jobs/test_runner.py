@@ -155,7 +155,7 @@ async def test_a_local_run_without_java_fails_saying_what_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The slim operator image has no Java: the run fails at once with the way out.
-    monkeypatch.setattr(runner.shutil, "which", lambda _name: None)
+    monkeypatch.setattr("shutil.which", lambda _name: None)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     local = runner.LocalSparkRunner()
     run = runner.JobRun(job="snapshot", name="nojava", namespace=NS, arguments=())
@@ -168,3 +168,27 @@ async def test_a_local_run_without_java_fails_saying_what_is_missing(
     assert not progress.outcome.succeeded
     assert progress.outcome.reason.startswith("local Spark needs Java in the operator's image")
     assert "spark.image" in progress.outcome.reason
+
+
+async def test_stopping_the_local_runner_stops_its_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    local = runner.LocalSparkRunner()
+    run = runner.JobRun(job="snapshot", name="forever", namespace=NS, arguments=())
+    started: list[asyncio.subprocess.Process] = []
+    spawned = asyncio.Event()
+    real = asyncio.create_subprocess_exec
+
+    async def spawn(*_args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        # A stand-in for the job's process that would not end by itself.
+        process = await real("sleep", "600", **kwargs)
+        started.append(process)
+        spawned.set()
+        return process
+
+    monkeypatch.setattr("asyncio.create_subprocess_exec", spawn)
+    await local.start(run)
+    await asyncio.wait_for(spawned.wait(), 30)
+    await local.stop()
+    assert started[0].returncode is not None  # killed, not orphaned
+    assert not local.tasks

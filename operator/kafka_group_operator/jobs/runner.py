@@ -217,7 +217,14 @@ async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    stdout, stderr = await process.communicate()
+    try:
+        stdout, stderr = await process.communicate()
+    except asyncio.CancelledError:
+        # The operator is stopping: its local runs (and their JVMs) stop with it.
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
     return outcome_of(
         process.returncode or 0, stdout.decode(errors="replace"), stderr.decode(errors="replace")
     )
