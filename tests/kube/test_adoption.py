@@ -250,3 +250,26 @@ async def test_a_refused_mirror_shows_in_the_condition_and_mirroring_can_be_turn
         assert operator.state.runtime.mirror.status(GROUP_ID) is None
     finally:
         await asyncio.to_thread(consumer.close)
+
+
+async def test_a_group_whose_members_joined_here_is_not_adopted_later(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    topic: str,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    await asyncio.to_thread(native_groups.commit, broker.bootstrap, GROUP_ID, {(topic, 0): 9})
+    await create(kmock, group_body(topic, broker.bootstrap, replicas=1, offsets={"adopt": "Never"}))
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    async with aiohttp.ClientSession() as session:
+        member = Member(
+            session, operator.config.coordinator_url, token_of(kmock), "orders-0", topic
+        )
+        await heartbeat_until([member], lambda: len(member.partitions) == 4)
+        # Switched to IfEmpty while a member (that has committed nothing) owns the group.
+        await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"offsets": {"adopt": "IfEmpty"}}})
+        await operator.wait_for(
+            lambda: reason_of(kmock, "Adopted") == ("True", "CoordinatorHasMembers")
+        )
+        assert await coordinator_offsets(operator) == {}
+        assert reason_of(kmock, "Ready") != ("False", "AdoptionFailed")

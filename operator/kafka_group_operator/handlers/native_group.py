@@ -13,6 +13,9 @@
 * Moving out: before a ``Retain`` group leaves the operator, ``flush`` mirrors what its
   members committed last, so plain Kafka consumers of the same ``group.id`` resume there.
 
+The check and the import are two steps: a native consumer that starts between them is not
+held back by the import; the mirror, refused while that consumer runs, then says so.
+
 Whether the native group has active members is asked the way the brokers decide it
 themselves: the offsets just read are committed back unchanged, member-less, which a broker
 accepts only while the group has no members (Kafka's ``validateOffsetCommit``: a member epoch
@@ -32,6 +35,7 @@ import kopf
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.handlers import kafka_probe, lifecycle
 from kafka_group_operator.kube import client as kube_client
@@ -190,6 +194,15 @@ async def adopt(
             "CoordinatorHasOffsets",
             "the coordinator already holds offsets for the group: nothing was imported",
         )
+    if await _has_members(state, group.group_id):
+        # Its members own the group here already (e.g. before an upgrade): an import would
+        # be refused, and would go behind their back.
+        return conditions.Condition(
+            ADOPTED,
+            True,
+            "CoordinatorHasMembers",
+            "the group already has members here: nothing was imported",
+        )
     source = f"kafka://{group.kafka.bootstrap_servers}/{group.group_id}"
     partitions = await kafka_probe.partition_counts(
         group.kafka.bootstrap_servers, state.config.kafka_config
@@ -235,6 +248,13 @@ async def adopt(
         kopf.Body(cast("kopf.RawBody", body)), type="Normal", reason="Adopted", message=message
     )
     return conditions.Condition(ADOPTED, True, "Imported", message)
+
+
+async def _has_members(state: lifecycle.OperatorState, group_id: str) -> bool:
+    try:
+        return bool((await state.runtime.describe_group(group_id)).members)
+    except coordinator_errors.GroupIdNotFound:
+        return False
 
 
 async def _patch_adoption(
