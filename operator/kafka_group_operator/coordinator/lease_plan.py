@@ -1,0 +1,97 @@
+"""Which partition Leases one replica should take and give up: a fair share, without an allocator.
+
+Pure: given what this replica sees (each partition's Lease holder and when, by this replica's
+own clock, that Lease expires; the replicas known to be alive), ``plan`` says which free or
+expired Leases to take and which held ones to give up. Every replica runs it on its own view;
+the Leases' optimistic concurrency settles races, so the plan only has to make the replicas
+converge when their views agree:
+
+- The live replicas are those named by the membership signal, every holder of an unexpired
+  Lease, and this replica.
+- With P partitions and N live replicas, ``P mod N`` replicas may hold ``ceil(P/N)`` and the
+  others ``floor(P/N)``: which ones is decided by rank in name order, the same on every
+  replica, so the targets add up to exactly P and shares differ by at most one. (Capping
+  everyone at ``ceil(P/N)`` alone could leave a replica with nothing: 4 partitions on 3
+  replicas split 2, 2, 0.)
+- A replica takes a Lease only when it is free, expired, or already its own (a restarted
+  replica with the same name); never one that another live holder still holds.
+- A replica over its target gives up its highest partitions; one under it takes free ones,
+  starting from a point that depends on its rank so that replicas starting together do not
+  all race for partition 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """One partition's Lease as this replica sees it.
+
+    ``holder`` is None when the Lease is free (released, or not created yet); ``expires_at``
+    is on this replica's clock (when it saw the record change, plus the Lease's duration).
+    """
+
+    partition: int
+    holder: str | None
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one replica should do now: Leases to take and Leases to give up, by partition."""
+
+    take: tuple[int, ...]
+    give_up: tuple[int, ...]
+    target: int
+
+
+def live_holder(view: LeaseView, now: float) -> str | None:
+    """Who holds the Lease at ``now``: its holder unless it is free or expired."""
+    if view.holder is None or view.expires_at <= now:
+        return None
+    return view.holder
+
+
+def targets(partitions: int, replicas: Collection[str]) -> dict[str, int]:
+    """How many partitions each replica should hold: floor or ceil of P/N, summing to P."""
+    ranked = sorted(set(replicas))
+    if not ranked:
+        return {}
+    base, extra = divmod(partitions, len(ranked))
+    return {name: base + (1 if rank < extra else 0) for rank, name in enumerate(ranked)}
+
+
+def plan(
+    me: str,
+    leases: Sequence[LeaseView],
+    alive: Collection[str],
+    now: float,
+    held: Collection[int] = (),
+) -> Plan:
+    """What ``me`` should take and give up, given ``leases`` (partition p's at index p).
+
+    ``held`` are the partitions ``me`` serves now. A Lease that names ``me`` but is not among
+    them (this replica restarted under the same name) is taken back, as its own, before any
+    other; it is given up instead when it is over the target.
+    """
+    holders = {live_holder(view, now) for view in leases} - {None}
+    replicas = sorted({*alive, *(h for h in holders if h is not None), me})
+    target = targets(len(leases), replicas)[me]
+    served = set(held)
+    mine = sorted(
+        (view.partition for view in leases if live_holder(view, now) == me),
+        key=lambda p: (p not in served, p),
+    )
+    keep, give_up = mine[:target], tuple(sorted(mine[target:]))
+    # Free or expired Leases, our own expired ones first (no live holder claims those).
+    candidates = [view.partition for view in leases if live_holder(view, now) is None]
+    partitions = len(leases)
+    start = replicas.index(me) * partitions // len(replicas)
+    own = {view.partition for view in leases if view.holder == me}
+    candidates.sort(key=lambda p: (p not in own, (p - start) % max(partitions, 1)))
+    reclaim = [p for p in keep if p not in served]
+    take = tuple(reclaim + candidates[: target - len(keep)])
+    return Plan(take=take, give_up=give_up, target=target)
