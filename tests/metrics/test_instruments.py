@@ -60,13 +60,14 @@ def test_counters_and_failures_by_request_and_error() -> None:
 
 def test_a_rebalance_is_counted_once_and_timed_until_a_heartbeat_finds_the_group_steady() -> None:
     runtime_metrics = metrics.RuntimeMetrics()
-    runtime_metrics.heartbeat_answered("g", 0.0001, "Stable")
-    runtime_metrics.heartbeat_answered("g", 0.0001, "Assigning")
-    runtime_metrics.heartbeat_answered("g", 0.0001, "Reconciling")
-    runtime_metrics.heartbeat_answered("other", 0.0001, "Stable")
+    runtime_metrics.group_seen("g", "Stable")
+    runtime_metrics.group_seen("g", "Assigning")
+    runtime_metrics.group_seen("g", "Reconciling")
+    runtime_metrics.group_seen("other", "Stable")
     assert runtime_metrics.rebalances.value == 1
     assert sum(runtime_metrics.rebalance_seconds.counts) == 0
-    runtime_metrics.heartbeat_answered("g", 0.0001, "Stable")
+    assert set(runtime_metrics.rebalancing) == {"g"}
+    runtime_metrics.group_seen("g", "Stable")
     assert runtime_metrics.rebalances.value == 1
     assert sum(runtime_metrics.rebalance_seconds.counts) == 1
-    assert runtime_metrics.heartbeats.value == 5
+    assert runtime_metrics.rebalancing == {}

@@ -338,9 +338,11 @@ class CoordinatorRuntime:
         except Exception as error:
             self.metrics.request_failed("heartbeat", error)
             raise
-        self.metrics.heartbeat_answered(
-            request.group_id, time.perf_counter() - started, self._group_state(request.group_id)
-        )
+        metrics = self.metrics
+        metrics.heartbeat_answered(time.perf_counter() - started)
+        # A steady heartbeat (no new assignment, no rebalance under way) skips the state look-up.
+        if response.assignment is not None or metrics.rebalancing:
+            metrics.group_seen(request.group_id, self._group_state(request.group_id))
         return response
 
     # Classic-protocol members. SyncGroup and Heartbeat write nothing, but go through the
@@ -373,9 +375,8 @@ class CoordinatorRuntime:
         except Exception as error:
             self.metrics.request_failed("heartbeat", error)
             raise
-        self.metrics.heartbeat_answered(
-            request.group_id, time.perf_counter() - started, self._group_state(request.group_id)
-        )
+        self.metrics.heartbeat_answered(time.perf_counter() - started)
+        self.metrics.group_seen(request.group_id, self._group_state(request.group_id))
         return response
 
     async def classic_leave(

@@ -283,23 +283,27 @@ class RuntimeMetrics:
         self.registry.register(InstrumentCollector(self))
         self.collectors_added = False
         # group id -> time.monotonic() its current rebalance was first seen
-        self._rebalancing: dict[str, float] = {}
+        self.rebalancing: dict[str, float] = {}
         # (topic, partition) -> its log-end history
         self.log_end_history: dict[tuple[str, int], LogEndHistory] = {}
 
     # Hot path: called once per request or per write.
 
-    def heartbeat_answered(self, group_id: str, seconds: float, group_state: str | None) -> None:
+    def heartbeat_answered(self, seconds: float) -> None:
         self.heartbeats.inc()
         self.heartbeat_seconds.observe(seconds)
-        # A rebalance starts and ends with group states seen on heartbeats: the request that
-        # joins or leaves is a heartbeat, and every member heartbeats while it reconciles.
+
+    def group_seen(self, group_id: str, group_state: str | None) -> None:
+        """The group's state after a heartbeat that got a new assignment, or any heartbeat
+        while a rebalance is under way (``rebalancing``). A rebalance starts and ends with
+        states seen so: the request that joins or leaves is a heartbeat, a rebalance hands
+        someone a new assignment, and every member heartbeats while it reconciles."""
         if group_state in _REBALANCING:
-            if group_id not in self._rebalancing:
-                self._rebalancing[group_id] = time.monotonic()
+            if group_id not in self.rebalancing:
+                self.rebalancing[group_id] = time.monotonic()
                 self.rebalances.inc()
-        elif self._rebalancing:
-            started = self._rebalancing.pop(group_id, None)
+        elif self.rebalancing:
+            started = self.rebalancing.pop(group_id, None)
             if started is not None:
                 self.rebalance_seconds.observe(time.monotonic() - started)
 
