@@ -396,6 +396,10 @@ async def remove_members(
             )
 
 
+# Conditions other handlers own; a status write here never carries them.
+OTHER_HANDLERS_CONDITIONS = frozenset({conditions.RESET_IN_PROGRESS})
+
+
 async def _patch_status(
     state: lifecycle.OperatorState, body: Mapping[str, Any], fresh: Mapping[str, Any]
 ) -> None:
@@ -408,7 +412,14 @@ async def _patch_status(
     """
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta["name"]
-    ours = {item["type"]: item for item in fresh.get("conditions") or ()}
+    # ``fresh`` was built on the status as this handler last saw it, which carries the other
+    # handlers' conditions as they were then: writing those back could undo a newer write
+    # (a finished reset's ResetInProgress=False back to True, leaving the group paused).
+    ours = {
+        item["type"]: item
+        for item in fresh.get("conditions") or ()
+        if item["type"] not in OTHER_HANDLERS_CONDITIONS
+    }
     for _ in range(5):
         current = await state.kube.get(kube_client.CONSUMER_GROUPS, namespace, name)
         status = current.get("status") or {}

@@ -1,0 +1,62 @@
+"""A status write of the ConsumerGroup handlers never undoes the reset handler's
+ResetInProgress condition: the status they computed from an older view of the object still
+carries the condition as it was then (True, mid-reset), and writing it back would leave a
+finished reset's group paused for good."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kafka_group_operator.handlers import consumer_groups
+from kafka_group_operator.kube import client
+from kafka_group_operator.manifests import conditions
+from tests.support import kube
+
+pytestmark = [pytest.mark.kube, pytest.mark.kmock(cls=kube.ApiServer)]
+
+RESOURCE = "kafkagroups.io/v1alpha1/consumergroups"
+
+
+@pytest.fixture
+async def api(kmock: kube.ApiServer) -> AsyncIterator[client.KubeClient]:
+    kube_client = client.KubeClient(client.Credentials(server=str(kmock.url)))
+    yield kube_client
+    await kube_client.close()
+
+
+def condition(kind: str, status: str, reason: str) -> dict[str, Any]:
+    return {"type": kind, "status": status, "reason": reason, "message": ""}
+
+
+async def test_a_stale_status_write_keeps_a_finished_resets_condition(
+    api: client.KubeClient, kmock: kube.ApiServer
+) -> None:
+    body = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": "g", "namespace": "ns"},
+        "spec": {"replicas": 1},
+    }
+    await api.create(client.CONSUMER_GROUPS, "ns", body)
+    # The reset finished: the reset handler wrote ResetInProgress=False.
+    done = condition(conditions.RESET_IN_PROGRESS, "False", "Done")
+    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"conditions": [done]})
+    # The status daemon computed its status from the object as it was mid-reset.
+    stale = {
+        "state": "Stable",
+        "conditions": [
+            condition(conditions.READY, "True", "Stable"),
+            condition(conditions.RESET_IN_PROGRESS, "True", "Pausing"),
+        ],
+    }
+    state: Any = SimpleNamespace(kube=api)
+    await consumer_groups._patch_status(state, body, stale)
+    stored = kmock.get(RESOURCE, "ns", "g")
+    assert stored is not None
+    found = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+    assert found == {conditions.RESET_IN_PROGRESS: "False", conditions.READY: "True"}
+    assert stored["status"]["state"] == "Stable"
