@@ -5,9 +5,10 @@ and the emulator lacks: every object gets a ``uid``, a ``creationTimestamp`` and
 ``generation`` (bumped on spec changes), and every change a new ``resourceVersion``; a
 failed JSON-patch ``test`` answers 422 (not 500); lists carry a resourceVersion and a watch
 from a resourceVersion replays what happened since, so no event is lost between a list and
-its watch or across a reconnect. ``reject`` makes it refuse chosen requests with a chosen
-status (a 422 for an invalid object, a 403 for a missing RBAC rule), as a real API server
-would, and counts them.
+its watch or across a reconnect; a PUT replaces an object (the ``update`` verb), refused with
+409 when the body's resourceVersion is not the object's (what makes Leases locks).
+``reject`` makes it refuse chosen requests with a chosen status (a 422 for an invalid
+object, a 403 for a missing RBAC rule), as a real API server would, and counts them.
 
 ``RunningOperator`` runs the real operator (``kopf.operator`` with our handlers) in its own
 thread and event loop, as kopf must not share pytest-asyncio's loop: kopf cancels tasks it
@@ -27,6 +28,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
+import aiohttp.web
 import attrs
 import jsonpatch
 import kopf
@@ -60,6 +62,7 @@ RESOURCES = {
     "v1/secrets": dict(kind="Secret", singular="secret", subresources=set()),
     "v1/pods": dict(kind="Pod", singular="pod", subresources={"status"}),
     "v1/events": dict(kind="Event", singular="event", subresources=set()),
+    "coordination.k8s.io/v1/leases": dict(kind="Lease", singular="lease", subresources=set()),
     # kopf waits for these two to be discoverable before it watches anything.
     "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(
@@ -139,10 +142,13 @@ class ApiServer(k8s.KubernetesEmulator):
         # A create names its object in the body, every other request in the path.
         body = request.data if isinstance(request.data, dict) else {}
         name = request.name or (body.get("metadata") or {}).get("name")
+        action = request.action
+        if _is_replace(request):
+            action = enums.action.UPDATE  # a PUT is an update too, for RBAC as for us
         for rejection in self.rejections:
             if (
                 request.resource == references.resource(rejection.resource)
-                and request.action == enums.action(rejection.action.upper())
+                and action == enums.action(rejection.action.upper())
                 and rejection.name in (None, name)
             ):
                 return rejection
@@ -158,10 +164,48 @@ class ApiServer(k8s.KubernetesEmulator):
                         status=rejection.status, reason=rejection.reason, message=rejection.message
                     )
                 )
+            if _is_replace(request):
+                return await self._replace(request)
             error = await self._prepare(request)
             if error is not None:
                 return await self._render_error(error)
         return await super()._handle(request)
+
+    async def _replace(self, request: rendering.Request) -> Any:
+        """PUT: the body becomes the object, if its resourceVersion (when given) is current."""
+        assert request.resource is not None and request.name is not None
+        body = request.data if isinstance(request.data, dict) else None
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            current = self._current(request)
+            if current is None:
+                error = k8s.KubernetesError(status=404, reason="NotFound", message="not found")
+            elif body is None or (body.get("metadata") or {}).get("name") != request.name:
+                error = k8s.KubernetesError(
+                    status=400, reason="BadRequest", message="the body must name the object"
+                )
+            elif (body.get("metadata") or {}).get("resourceVersion") not in (
+                None,
+                current["metadata"].get("resourceVersion"),
+            ):
+                error = k8s.KubernetesError(
+                    status=409, reason="Conflict", message="the object has been modified"
+                )
+            else:
+                replaced = copy.deepcopy(body)
+                metadata = replaced.setdefault("metadata", {})
+                kept = ("uid", "creationTimestamp", "generation", "namespace")
+                metadata.update(
+                    {k: current["metadata"][k] for k in kept if k in current["metadata"]}
+                )
+                if replaced.get("spec") != current.get("spec"):
+                    metadata["generation"] = current["metadata"].get("generation", 1) + 1
+                metadata["resourceVersion"] = self._next_version()
+                self.objects[key].create(replaced)
+                raw = self.objects[key].raw
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+                return aiohttp.web.json_response(copy.deepcopy(raw))
+        return await self._render_error(error)
 
     async def _prepare(self, request: rendering.Request) -> k8s.KubernetesError | None:
         """Stamp metadata into the request the emulator is about to apply."""
@@ -308,6 +352,12 @@ class ApiServer(k8s.KubernetesEmulator):
         if key not in self.objects or self.objects[key].deleted:
             return None
         return copy.deepcopy(self.objects[key].raw)
+
+
+def _is_replace(request: rendering.Request) -> bool:
+    return (
+        request.method == enums.method.PUT and request.name is not None and not request.subresource
+    )
 
 
 def _merged(base: Any, patch: Any) -> Any:

@@ -23,6 +23,7 @@ _CLIENT_VERBS = {
     "list": (None, "list"),
     "create": (None, "create"),
     "patch": (None, "patch"),
+    "replace": (None, "update"),
     "patch_status": ("status", "patch"),
     "delete": (None, "delete"),
 }

@@ -67,6 +67,7 @@ SECRETS = Kind("", "v1", "secrets")
 PODS = Kind("", "v1", "pods")
 CONSUMER_GROUPS = Kind("kafkagroups.io", "v1alpha1", "consumergroups")
 OFFSET_SNAPSHOTS = Kind("kafkagroups.io", "v1alpha1", "offsetsnapshots")
+LEASES = Kind("coordination.k8s.io", "v1", "leases")
 
 
 class KubeClient:
@@ -159,6 +160,16 @@ class KubeClient:
         return await self._call(
             "PATCH", kind.path(namespace, name), body=dict(patch), content_type=MERGE_PATCH
         )
+
+    async def replace(
+        self, kind: Kind, namespace: str | None, name: str, body: Mapping[str, Any]
+    ) -> JSON:
+        """Replace the object (HTTP PUT, the ``update`` verb) with ``body``.
+
+        ``body``'s ``metadata.resourceVersion`` makes it conditional: the API server applies it
+        only to that version of the object and answers 409 (``errors.Conflict``) otherwise.
+        """
+        return await self._call("PUT", kind.path(namespace, name), body=dict(body))
 
     async def patch_status(
         self,

@@ -1,0 +1,269 @@
+"""The Lease elector: holds this replica's fair share of the state-topic partitions' Leases.
+
+Every ``retry_period`` it reads each partition's Lease, renews those it holds, and acts on
+``coordinator.lease_plan``: releases the extras and takes free or expired Leases up to its
+share. It reports through two callbacks, ``on_acquired(partition)`` when it starts holding a
+partition and ``on_lost(partition)`` when it stops; they must return at once (schedule the
+load, flip a flag), as renewals wait for them.
+
+Timing follows client-go's leaderelection (``tools/leaderelection/leaderelection.go``):
+
+- Another replica judges a Lease expired ``lease_duration`` after *it saw* the record change,
+  on its own clock (``observedTime``), never by the times written in the Lease.
+- The holder gives a partition up ``renew_deadline`` after it *sent* its last successful
+  renewal, and ``renew_deadline < lease_duration`` (client-go refuses
+  ``leaseDuration must be greater than renewDeadline``). So the holder has stopped before
+  anyone may take the Lease over, with ``lease_duration - renew_deadline`` to spare for a
+  slow event loop. ``holds(partition)`` checks that deadline itself, so a caller that asks
+  before acknowledging never acknowledges past it, whatever the loop's latency.
+- Unlike client-go, which retries a failed renewal until the deadline, a renewal that fails
+  loses the partition at once (and a Lease seen held by another is lost at once): a
+  coordinator that may have lost its partition acknowledges nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+
+from kafka_group_operator.coordinator import lease_plan
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.kube import errors, leases
+
+log = logging.getLogger(__name__)
+
+# client-go's leaderelection.JitterFactor: the renew deadline must exceed 1.2 retry periods.
+JITTER_FACTOR = 1.2
+
+
+@dataclass(frozen=True, slots=True)
+class ElectorConfig:
+    """Which Leases, who we are, and the timing (client-go's defaults: 15 s, 10 s, 2 s)."""
+
+    namespace: str
+    lease_prefix: str
+    partitions: int
+    identity: str
+    lease_duration_seconds: int = 15
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        # The same checks as client-go's NewLeaderElector.
+        if not self.identity:
+            raise ValueError("the elector needs an identity (the replica's name)")
+        if self.partitions < 1:
+            raise ValueError("partitions must be at least 1")
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("lease_duration_seconds must be greater than renew_deadline_seconds")
+        if self.renew_deadline_seconds <= JITTER_FACTOR * self.retry_period_seconds:
+            raise ValueError(
+                f"renew_deadline_seconds must be greater than retry_period_seconds*{JITTER_FACTOR}"
+            )
+        if self.retry_period_seconds <= 0:
+            raise ValueError("retry_period_seconds must be positive")
+
+
+@dataclass(slots=True)
+class _Hold:
+    lease: leases.Lease
+    valid_until: float
+
+
+@dataclass(slots=True)
+class _Seen:
+    resource_version: str
+    at: float
+
+
+@dataclass
+class LeaseElector:
+    """Takes, renews and gives up partition Leases; see the module docstring."""
+
+    api: kube_client.KubeClient
+    config: ElectorConfig
+    on_acquired: Callable[[int], None]
+    on_lost: Callable[[int], None]
+    # The replicas known to be alive besides Lease holders: without it a replica holding
+    # nothing yet is invisible, and nobody makes room for it. It must name only replicas able
+    # to take Leases (e.g. the StatefulSet's ready pods, with ``healthy`` in their readiness):
+    # the partitions of a replica named but unable to take them stay free.
+    members: Callable[[], Awaitable[Collection[str]]] | None = None
+    clock: Callable[[], float] = time.monotonic
+    _held: dict[int, _Hold] = field(default_factory=dict, init=False)
+    _seen: dict[int, _Seen] = field(default_factory=dict, init=False)
+    _last_round: float | None = field(default=None, init=False)
+
+    @property
+    def held(self) -> frozenset[int]:
+        """The partitions this replica may coordinate right now."""
+        now = self.clock()
+        return frozenset(p for p, hold in self._held.items() if now < hold.valid_until)
+
+    def holds(self, partition: int) -> bool:
+        """Whether this replica may still act as ``partition``'s coordinator (check before acks)."""
+        hold = self._held.get(partition)
+        return hold is not None and self.clock() < hold.valid_until
+
+    @property
+    def healthy(self) -> bool:
+        """Whether a whole round (every Lease read, renewals sent) ended within the deadline."""
+        return (
+            self._last_round is not None
+            and self.clock() - self._last_round < self.config.renew_deadline_seconds
+        )
+
+    async def run(self) -> None:
+        """Elect until cancelled; then give every partition up (``on_lost`` first) and release."""
+        watchdog = asyncio.create_task(self._watch_deadlines())
+        try:
+            while True:
+                try:
+                    await self.step()
+                except errors.KubeError as error:
+                    log.warning("lease election round failed: %s", error)
+                await asyncio.sleep(self.config.retry_period_seconds)
+        finally:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+            await asyncio.shield(self.release_all())
+
+    async def release_all(self) -> None:
+        """Stop coordinating every partition, then release their Leases for others to take."""
+        holds = dict(self._held)
+        for partition in sorted(holds):
+            self._drop(partition, "shutting down")
+        await asyncio.gather(*(self._release(hold.lease) for hold in holds.values()))
+
+    async def step(self) -> None:
+        """One round: read every Lease, renew ours, then release extras and take free ones."""
+        names = [
+            leases.lease_name(self.config.lease_prefix, p) for p in range(self.config.partitions)
+        ]
+        reads = await asyncio.gather(
+            *(leases.read(self.api, self.config.namespace, name) for name in names),
+            return_exceptions=True,
+        )
+        started = read_at = self.clock()
+        known: dict[int, leases.Lease | None] = {}
+        for partition, result in enumerate(reads):
+            if isinstance(result, errors.KubeError):
+                log.warning("cannot read lease %s: %s", names[partition], result)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            known[partition] = result
+            self._observe(partition, result, read_at)
+        before = set(self._held)
+        for partition, lease in known.items():
+            if partition in self._held and (lease is None or lease.holder != self.config.identity):
+                self._drop(partition, "its lease is held by another replica")
+        await asyncio.gather(*(self._renew(p) for p in sorted(self._held)))
+        # Not taken back in the round that lost them: the next round reads them afresh.
+        lost = before - self._held.keys()
+        if len(known) < self.config.partitions:
+            return  # plan only on a whole view: a missing Lease is not a free one
+        self._last_round = started
+        alive = set(await self.members()) if self.members is not None else set()
+        views = [self._view(p, known[p]) for p in range(self.config.partitions)]
+        planned = lease_plan.plan(
+            self.config.identity, views, alive, self.clock(), held=self._held.keys()
+        )
+        for partition in planned.give_up:
+            lease = self._held[partition].lease if partition in self._held else known[partition]
+            self._drop(partition, "over its fair share")
+            if lease is not None:
+                await self._release(lease)
+        await asyncio.gather(*(self._take(p, known[p]) for p in planned.take if p not in lost))
+
+    def _observe(self, partition: int, lease: leases.Lease | None, at: float) -> None:
+        version = "" if lease is None else lease.resource_version
+        seen = self._seen.get(partition)
+        if seen is None or seen.resource_version != version:
+            self._seen[partition] = _Seen(version, at)
+
+    def _view(self, partition: int, lease: leases.Lease | None) -> lease_plan.LeaseView:
+        if lease is None or lease.holder is None:
+            return lease_plan.LeaseView(partition, None, -math.inf)
+        hold = self._held.get(partition)
+        if hold is not None:
+            return lease_plan.LeaseView(partition, lease.holder, hold.valid_until)
+        seen = self._seen[partition]
+        return lease_plan.LeaseView(partition, lease.holder, seen.at + lease.duration_seconds)
+
+    async def _renew(self, partition: int) -> None:
+        hold = self._held.get(partition)
+        if hold is None:
+            return
+        sent_at = self.clock()
+        try:
+            renewed = await asyncio.wait_for(
+                leases.renew(self.api, self.config.namespace, hold.lease),
+                timeout=max(hold.valid_until - sent_at, 0.0),
+            )
+        except (errors.KubeError, TimeoutError) as error:
+            if self._held.get(partition) is hold:
+                self._drop(partition, f"renewal failed: {error or 'no answer in time'}")
+            return
+        if self._held.get(partition) is hold:  # not dropped meanwhile (deadline, lost)
+            hold.lease = renewed
+            hold.valid_until = sent_at + self.config.renew_deadline_seconds
+            self._seen[partition] = _Seen(renewed.resource_version, sent_at)
+
+    async def _take(self, partition: int, lease: leases.Lease | None) -> None:
+        sent_at = self.clock()
+        try:
+            if lease is None:
+                taken = await leases.create(
+                    self.api,
+                    self.config.namespace,
+                    leases.lease_name(self.config.lease_prefix, partition),
+                    self.config.identity,
+                    self.config.lease_duration_seconds,
+                )
+            else:
+                taken = await leases.take(
+                    self.api,
+                    self.config.namespace,
+                    lease,
+                    self.config.identity,
+                    self.config.lease_duration_seconds,
+                )
+        except errors.Conflict:
+            return  # another replica wrote it first: it won this one
+        except errors.KubeError as error:
+            log.warning("cannot take the lease of partition %d: %s", partition, error)
+            return
+        self._held[partition] = _Hold(taken, sent_at + self.config.renew_deadline_seconds)
+        self._seen[partition] = _Seen(taken.resource_version, sent_at)
+        log.info("holding partition %d", partition)
+        self.on_acquired(partition)
+
+    async def _release(self, lease: leases.Lease) -> None:
+        try:
+            await leases.release(self.api, self.config.namespace, lease)
+        except errors.KubeError as error:
+            # It expires on its own; meanwhile nobody takes it, and we no longer serve it.
+            log.warning("cannot release lease %s: %s", lease.name, error)
+
+    def _drop(self, partition: int, why: str) -> None:
+        if self._held.pop(partition, None) is not None:
+            log.warning("stopped coordinating partition %d: %s", partition, why)
+            self.on_lost(partition)
+
+    async def _watch_deadlines(self) -> None:
+        """Give up a partition when its renew deadline passes without a successful renewal."""
+        while True:
+            now = self.clock()
+            for partition, hold in list(self._held.items()):
+                if hold.valid_until <= now:
+                    self._drop(partition, "no renewal within the renew deadline")
+            upcoming = [hold.valid_until for hold in self._held.values()]
+            delay = min(upcoming) - now if upcoming else self.config.retry_period_seconds
+            await asyncio.sleep(min(max(delay, 0.0), self.config.retry_period_seconds))
