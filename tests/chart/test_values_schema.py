@@ -94,7 +94,7 @@ def test_secrets_are_cluster_wide_only_until_their_namespaces_are_listed() -> No
     bindings = {
         doc["metadata"]["namespace"]: (doc["roleRef"]["name"], doc["subjects"])
         for doc in docs
-        if doc["kind"] == "RoleBinding"
+        if doc["kind"] == "RoleBinding" and doc["roleRef"]["name"].endswith("-secrets")
     }
     subject = [
         {"kind": "ServiceAccount", "name": "kgo-kafka-group-operator", "namespace": "kgo-system"}
