@@ -9,6 +9,10 @@
   of one record per request with N in flight (the floor any durable commit pays), and a
   transactional produce of one record per transaction, one transactional producer per state
   partition as ours has, min(N, 50) in flight (the floor any fenced write pays).
+* **runtime heartbeat**: a steady heartbeat (one member, nothing changes, nothing written)
+  through ``CoordinatorRuntime.heartbeat`` (the partition's queue, the shard, the reply, the
+  metrics), against the same heartbeat handled by the shard alone, in the same run: the
+  runtime's own cost per request, where a per-request metric would show.
 * **start-up load**: a state topic of 50 partitions holding 1,000,000 offset-commit records
   over 100,000 live keys (each key committed 10 times), loaded by a new runtime (marker,
   read, compaction, decode, replay into the shards), against a plain confluent-kafka
@@ -263,6 +267,58 @@ async def commit_path(bootstrap: str, duration_s: float) -> dict[str, Any]:
     return results
 
 
+# ------------------------------------------------------------------------ runtime heartbeat
+
+
+async def runtime_heartbeat(bootstrap: str) -> dict[str, Any]:
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap, topic="bench-heartbeat-state", partitions=1
+    )
+    runtime = coordinator_runtime.CoordinatorRuntime(config)
+    await runtime.start()
+    try:
+        group, member = "bench-heartbeat", "member-0"
+        join = messages.HeartbeatRequest(
+            group, member, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("bench",)
+        )
+        response = await runtime.heartbeat(join)
+        owned = response.assignment or {}
+        for _ in range(20):
+            response = await runtime.heartbeat(
+                messages.HeartbeatRequest(
+                    group, member, response.member_epoch, owned_partitions=owned
+                )
+            )
+            owned = response.assignment if response.assignment is not None else owned
+            if (await runtime.describe_group(group)).state == "Stable":
+                break
+        steady = messages.HeartbeatRequest(group, member, response.member_epoch)
+        shard = runtime._active_shard(group)
+        assert not shard.heartbeat(steady, config.clock_ms()).records, "a steady heartbeat"
+        number = 200
+        runtime_samples = []
+        shard_samples = []
+        for _ in range(30):
+            started = time.perf_counter()
+            for _ in range(number):
+                await runtime.heartbeat(steady)
+            runtime_samples.append((time.perf_counter() - started) / number)
+            now = config.clock_ms()
+            started = time.perf_counter()
+            for _ in range(number):
+                shard.heartbeat(steady, now)
+            shard_samples.append((time.perf_counter() - started) / number)
+    finally:
+        await runtime.stop()
+    # The fastest sample is the cost; the others measure the other processes on the machine.
+    ours, alone = min(runtime_samples) * 1e6, min(shard_samples) * 1e6
+    return {
+        "runtime_heartbeat_us": round(ours, 1),
+        "shard_heartbeat_us": round(alone, 1),
+        "runtime_vs_shard": round(ours / alone, 2),
+    }
+
+
 # ---------------------------------------------------------------------------- start-up load
 
 
@@ -393,6 +449,9 @@ async def run(quick: bool) -> dict[str, Any]:
     with embedded.running_broker() as broker:
         print("commit path", flush=True)
         commit = await commit_path(broker.bootstrap, 1.0 if quick else 4.0)
+        print("runtime heartbeat", flush=True)
+        heartbeat = await runtime_heartbeat(broker.bootstrap)
+        print(f"  {json.dumps(heartbeat)}", flush=True)
         print("start-up load", flush=True)
         total, live = (100_000, 10_000) if quick else (1_000_000, 100_000)
         load = await startup_load(broker.bootstrap, total, live)
@@ -408,6 +467,7 @@ async def run(quick: bool) -> dict[str, Any]:
         },
         "broker": "tansu (embedded, in-memory storage)",
         "commit_path": commit,
+        "runtime_heartbeat": heartbeat,
         "startup_load": load,
         "targets": {
             "throughput_vs_native_at_100": {
