@@ -206,13 +206,15 @@ class InstrumentCollector(Collector):
             family = CounterMetricFamily(counter.name, counter.documentation)
             family.add_metric([], counter.value)
             yield family
-        failed = metrics.failed
-        labelled = CounterMetricFamily(
-            failed.name, failed.documentation, labels=list(failed.labels)
-        )
-        for label_values, value in sorted(failed.values.items()):
-            labelled.add_metric(list(label_values), value)
-        yield labelled
+        for counter_by_labels in metrics.labelled_counters:
+            labelled = CounterMetricFamily(
+                counter_by_labels.name,
+                counter_by_labels.documentation,
+                labels=list(counter_by_labels.labels),
+            )
+            for label_values, value in sorted(counter_by_labels.values.items()):
+                labelled.add_metric(list(label_values), value)
+            yield labelled
         for histogram in metrics.histograms:
             histogram_family = HistogramMetricFamily(histogram.name, histogram.documentation)
             cumulative = 0
@@ -271,14 +273,17 @@ class RuntimeMetrics:
             "Time from a group leaving a steady state to the heartbeat that found it steady",
             _REBALANCE_BUCKETS,
         )
-        self.counters = (self.heartbeats, self.commits, self.append_records, self.rebalances)
-        self.histograms = (
+        # Every instrument exported; one added elsewhere (e.g. by the offset mirror) is
+        # appended to one of these lists.
+        self.counters = [self.heartbeats, self.commits, self.append_records, self.rebalances]
+        self.labelled_counters = [self.failed]
+        self.histograms = [
             self.heartbeat_seconds,
             self.commit_seconds,
             self.append_seconds,
             self.load_seconds,
             self.rebalance_seconds,
-        )
+        ]
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(InstrumentCollector(self))
         self.collectors_added = False
