@@ -226,7 +226,7 @@ async def test_a_partition_is_given_up_at_the_renew_deadline_without_a_renewal(
     task = asyncio.create_task(a.elector.run())
     try:
         deadline = time.monotonic() + 10
-        while a.serving:
+        while len(a.events) < 2:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
     finally:
@@ -302,3 +302,39 @@ def test_timing_is_checked_as_client_go_does(timing: dict[str, float], message: 
             identity="a",
             **timing,  # type: ignore[arg-type]
         )
+
+
+async def test_a_stalled_api_server_loses_the_partition_before_another_can_take_it(
+    api: client.KubeClient,
+) -> None:
+    # A server that accepts connections and never answers: renewals neither succeed nor fail.
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stalled = client.KubeClient(client.Credentials(server=f"http://127.0.0.1:{port}"))
+    timing = {"lease_duration_seconds": 3, "renew_deadline_seconds": 1.5}
+    timing["retry_period_seconds"] = 0.5
+    a = Replica(api, "a", 1, members={"a"}, **timing)
+    b = Replica(api, "b", 1, members={"b"}, **timing)
+    tasks = [asyncio.create_task(a.elector.run())]
+    try:
+        deadline = time.monotonic() + 30
+        while a.serving != {0}:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        a.elector.api = stalled  # a's API server stops answering; b's still works
+        tasks.append(asyncio.create_task(b.elector.run()))
+        while b.serving != {0}:
+            assert time.monotonic() < deadline, "b never took the expired lease"
+            await asyncio.sleep(0.02)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await stalled.close()
+        server.close()
+    assert [event[:2] for event in a.events] == [("acquired", 0), ("lost", 0)]
+    assert a.elector.healthy is False
+    assert a.events[1][2] < b.events[0][2]

@@ -54,7 +54,12 @@ class ElectorConfig:
     retry_period_seconds: float = 2.0
 
     def __post_init__(self) -> None:
-        # The same checks as client-go's NewLeaderElector.
+        # The same checks as client-go's NewLeaderElector:
+        #   if lec.LeaseDuration <= lec.RenewDeadline {
+        #       return nil, fmt.Errorf("leaseDuration must be greater than renewDeadline") }
+        #   if lec.RenewDeadline <= time.Duration(JitterFactor*float64(lec.RetryPeriod)) {
+        #       return nil,
+        #           fmt.Errorf("renewDeadline must be greater than retryPeriod*JitterFactor") }
         if not self.identity:
             raise ValueError("the elector needs an identity (the replica's name)")
         if self.partitions < 1:
@@ -146,11 +151,20 @@ class LeaseElector:
         names = [
             leases.lease_name(self.config.lease_prefix, p) for p in range(self.config.partitions)
         ]
-        reads = await asyncio.gather(
-            *(leases.read(self.api, self.config.namespace, name) for name in names),
-            return_exceptions=True,
-        )
-        started = read_at = self.clock()
+        started = self.clock()
+        try:
+            # Bounded: a stalled API server must not hold renewals back past the deadline.
+            reads = await asyncio.wait_for(
+                asyncio.gather(
+                    *(leases.read(self.api, self.config.namespace, name) for name in names),
+                    return_exceptions=True,
+                ),
+                timeout=self.config.renew_deadline_seconds,
+            )
+        except TimeoutError as error:
+            message = "reading the leases took longer than the renew deadline"
+            raise errors.Unreachable(message) from error
+        read_at = self.clock()
         known: dict[int, leases.Lease | None] = {}
         for partition, result in enumerate(reads):
             if isinstance(result, errors.KubeError):
