@@ -15,9 +15,10 @@ converge when their views agree:
   replicas split 2, 2, 0.)
 - A replica takes a Lease only when it is free, expired, or already its own (a restarted
   replica with the same name); never one that another live holder still holds.
-- A replica over its target gives up its highest partitions; one under it takes free ones,
-  starting from a point that depends on its rank so that replicas starting together do not
-  all race for partition 0.
+- A replica over its target gives up first the Leases it holds but does not serve (left from
+  before a restart), then its highest partitions; one under it takes free ones, starting
+  from a point that depends on its rank so that replicas starting together do not all race
+  for partition 0.
 """
 
 from __future__ import annotations
