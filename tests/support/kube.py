@@ -173,7 +173,8 @@ class ApiServer(k8s.KubernetesEmulator):
 
     async def _replace(self, request: rendering.Request) -> Any:
         """PUT: the body becomes the object, if its resourceVersion (when given) is current."""
-        assert request.resource is not None and request.name is not None
+        assert request.resource is not None
+        assert request.name is not None
         body = request.data if isinstance(request.data, dict) else None
         key = (request.resource, request.namespace, request.name)
         async with self._lock:
