@@ -7,6 +7,7 @@ group committed, and commits to the coordinator. A mixed group: a member of our 
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import subprocess
 import sys
 import threading
@@ -455,3 +456,82 @@ async def test_classic_member_killed_loses_its_partitions_after_the_session_time
         for process in processes:
             process.kill()
             process.wait(30)
+
+
+# A confluent-kafka classic (cooperative-sticky) static member in its own process, so that
+# it can be killed like a pod; it auto-commits what it consumes. Its connection events
+# (librdkafka's "broker" debug context) go to stderr.
+CONFLUENT_STATIC_CONSUMER = """
+import sys
+from confluent_kafka import Consumer
+port, group, topic, instance = sys.argv[1:]
+consumer = Consumer({
+    "bootstrap.servers": f"127.0.0.1:{port}", "group.id": group,
+    "group.instance.id": instance, "group.protocol": "classic",
+    "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10000,
+    "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest",
+    "auto.commit.interval.ms": 200, "debug": "broker",
+})
+consumer.subscribe([topic])
+while True:
+    consumer.poll(0.1)
+"""
+
+
+def confluent_static_consumer(
+    port: int, group: str, topic: str, instance: str, log: pathlib.Path
+) -> subprocess.Popen[bytes]:
+    with log.open("ab") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-c", CONFLUENT_STATIC_CONSUMER, str(port), group, topic, instance],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+async def test_confluent_classic_static_member_joins_consumes_and_restarts_in_place(
+    broker: embedded.EmbeddedBroker,
+    open_gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    tmp_path: pathlib.Path,
+) -> None:
+    """A confluent-kafka classic (cooperative-sticky) member with ``group.instance.id``
+    joins through the gateway, consumes and commits every record; killed with SIGKILL and
+    restarted within the session timeout, it gets the same partitions back without a
+    rebalance (0 partitions move). Its coordinator connection is never closed under it:
+    librdkafka drops that connection ("nodename change") when the coordinator's node is not
+    in a Metadata reply, which it refreshes at each join, so joins looped."""
+    topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=1)
+    await topic_id(runtime, topic)
+    group = f"confluent-static-{uuid.uuid4().hex[:6]}"
+    log = tmp_path / "consumer.log"
+    processes = [confluent_static_consumer(open_gateway.port, group, topic, "pod-0", log)]
+    try:
+        before = await stable_with(runtime, group, topic, 1)
+        assert shares_by_instance(before, topic) == {"pod-0": set(range(PARTITIONS))}
+        everything = dict.fromkeys(range(PARTITIONS), 1)
+
+        async def all_committed() -> bool:
+            return await committed(runtime, group, topic) == everything
+
+        await wait_for_async(all_committed)
+
+        processes[0].kill()
+        processes[0].wait(30)
+        processes.append(confluent_static_consumer(open_gateway.port, group, topic, "pod-0", log))
+        old_id = before.members[0].member_id
+
+        async def replaced() -> bool:
+            described = await runtime.describe_group(group)
+            ids = {m.instance_id: m.member_id for m in described.members}
+            return ids.get("pod-0") not in (None, old_id)
+
+        await wait_for_async(replaced)
+        after = await stable_with(runtime, group, topic, 1)
+        assert shares_by_instance(after, topic) == {"pod-0": set(range(PARTITIONS))}
+        assert after.group_epoch == before.group_epoch
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(30)
+    assert "Closing connection due to nodename change" not in log.read_text(errors="replace")

@@ -197,11 +197,15 @@ async def test_replies_point_at_the_gateway(
         )
         upstream, local = await direct.call(metadata), await through.call(metadata)
         ports = gateway.broker_ports()
-        # Same nodes and topics; each node's address is its local port.
+        # The brokers, each at its local port, and the coordinator FindCoordinator names
+        # (clients drop a coordinator that is not a node of the cluster); the same topics:
+        # the coordinator leads no partition and is not the controller.
         assert [(b.node_id, b.host, b.port) for b in local.brokers] == [
-            (b.node_id, "127.0.0.1", ports[b.node_id]) for b in upstream.brokers
+            *((b.node_id, "127.0.0.1", ports[b.node_id]) for b in upstream.brokers),
+            (1_000_000, "127.0.0.1", gateway.port),
         ]
         assert local.topics == upstream.topics
+        assert local.controller_id == upstream.controller_id
         # A group's coordinator is the coordinator port, on it and on every broker port.
         find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(GROUP,))
         on_broker_port = await Connection.open(next(iter(ports.values())))
@@ -251,9 +255,11 @@ async def test_describe_cluster_and_other_coordinators_point_at_the_gateway(
         upstream, local = await direct.call(describe), await through.call(describe)
         ports = gateway.broker_ports()
         assert [(b.broker_id, b.host, b.port) for b in local.brokers] == [
-            (b.broker_id, "127.0.0.1", ports[b.broker_id]) for b in upstream.brokers
+            *((b.broker_id, "127.0.0.1", ports[b.broker_id]) for b in upstream.brokers),
+            (1_000_000, "127.0.0.1", gateway.port),
         ]
         assert local.cluster_id == upstream.cluster_id
+        assert local.controller_id == upstream.controller_id
         # A transaction coordinator is a broker's business: its local port, from the
         # coordinator port too (routed to a broker, not to the group coordinator).
         transaction = FindCoordinatorRequest(key_type=i8(1), coordinator_keys=("tx-1",))

@@ -528,13 +528,28 @@ class Gateway:
             body = self._merge_versions(body, coordinator_port)
         elif api_key == METADATA:
             brokers = [await self._local(b, b.node_id) for b in body.brokers]
+            brokers += self._coordinator_node(brokers, "node_id")
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == DESCRIBE_CLUSTER:
             brokers = [await self._local(b, b.broker_id) for b in body.brokers]
+            brokers += self._coordinator_node(brokers, "broker_id")
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == FIND_COORDINATOR:
             body = await self._find_coordinator(body, version, key_type, coordinator_port)
         return framing.encode_response(api_key, version, correlation_id, body)[4:]
+
+    def _coordinator_node(self, brokers: list[Any], id_field: str) -> list[Any]:
+        """The coordinator as a node of a Metadata or DescribeCluster reply (at the
+        coordinator port), unless a broker already has its id. FindCoordinator names this
+        node; a client that does not find it among the cluster's nodes drops its coordinator
+        connection at each metadata refresh (librdkafka closes it as a "nodename change"
+        after every JoinGroup). It leads no partition and is not the controller: the brokers'
+        partitions and controller id are the brokers' own."""
+        node_id = self.config.coordinator_node_id
+        if not brokers or any(int(getattr(b, id_field)) == node_id for b in brokers):
+            return []
+        fields = {id_field: i32(node_id), "host": self.config.host, "port": i32(self.port)}
+        return [_replace(brokers[0], {**fields, "rack": None})]
 
     async def _local(self, node: Any, node_id: int) -> Any:
         """``node`` (a broker of a reply) with the address of its local port."""
