@@ -17,6 +17,7 @@ BENCHMARKS = (
     "jobs",
     "protocol",
     "gateway",
+    "join",
 )
 
 

@@ -138,7 +138,8 @@ def _recv(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-def _start(*argv: str, port: int) -> subprocess.Popen[bytes]:
+def start_kgo(*argv: str, port: int) -> subprocess.Popen[bytes]:
+    """``kgo <argv>`` in a process of its own, once it listens on ``port``."""
     process = subprocess.Popen(
         [sys.executable, "-m", "kafka_group_operator", *argv],
         stdout=subprocess.DEVNULL,
@@ -177,7 +178,7 @@ def run(megabytes: int) -> dict[str, Any]:
         count = fill(broker.bootstrap, topic, megabytes)
         print(f"  {count} records in {time.perf_counter() - started:.1f} s", flush=True)
         api_port, kafka_port, gateway_port = (embedded.free_port() for _ in range(3))
-        coordinator = _start(
+        coordinator = start_kgo(
             "coordinator",
             "--bootstrap",
             broker.bootstrap,
@@ -191,7 +192,7 @@ def run(megabytes: int) -> dict[str, Any]:
             f"bench-gateway-state-{uuid.uuid4().hex[:6]}",
             port=kafka_port,
         )
-        gateway = _start(
+        gateway = start_kgo(
             "gateway",
             "--bootstrap",
             broker.bootstrap,
