@@ -136,3 +136,43 @@ def test_a_piped_demo_counts_the_leavers_moves_shows_restarts_and_prints_only_ch
         assert f"member processes: orders-0 pid {restarted} (restarted 1x)\n" in out.getvalue()
     finally:
         group.stop()
+
+
+@pytest.mark.broker
+def test_an_unmodified_kafka_client_joins_through_the_gateway_owns_and_commits(
+    broker: embedded.EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The demo's plain confluent-kafka consumer (no import of ours) joins the group beside a
+    library member through ``kgo gateway``: it owns partitions, its commits reach the
+    coordinator, and the frame lists its process."""
+    group = demo.LocalGroup(
+        group=f"demo-{tmp_path.name[-8:]}",
+        topic=f"orders-{tmp_path.name[-8:]}",
+        partitions=4,
+        state_partitions=1,
+        directory=tmp_path,
+        kafka_listener=True,
+    )
+    assert "kafka_group_operator" not in demo.KAFKA_CLIENT
+    group.start(broker)
+    producer = demo.Producer(broker.bootstrap, group.topic, group.partitions, rate=100)
+    try:
+        producer.start()
+        group.start_member("orders-0")
+        group.wait_settled({"orders-0"}, timeout=60)
+        out = io.StringIO()
+        # Raises DemoFailed unless the client comes to own partitions and the coordinator
+        # sees its commits of them move past the first one seen.
+        demo.kafka_client_joins(demo.Screen(group, out), "orders-kafka", 0)
+        owned = group.ownership()["orders-kafka"]
+        assert owned
+        assert group.ownership()["orders-0"].isdisjoint(owned)
+        pid = group.kafka_clients["orders-kafka"].pid
+        assert f"orders-kafka pid {pid} (confluent-kafka via kgo gateway)" in out.getvalue()
+        assert "orders-kafka (confluent-kafka, importing nothing of kgo" in out.getvalue()
+        # Stopped as a pod is (SIGTERM): the client leaves; the library member takes all.
+        group.stop_kafka_clients()
+        group.wait_settled({"orders-0"}, timeout=60)
+    finally:
+        producer.stop()
+        group.stop()

@@ -1,8 +1,10 @@
 """``kgo demo``: a live consumer group on an embedded broker, rebalanced in front of you.
 
-Starts the embedded broker, the standalone coordinator (``kgo coordinator``) and three member
-processes, plus a producer; prints a table of members, partitions, epochs and lag every
-second; scales the group 3 -> 5 -> 3 and restarts a member, showing that the restart moves
+Starts the embedded broker, the standalone coordinator (``kgo coordinator``, with its Kafka
+listener) and three member processes, plus a producer; prints a table of members, partitions,
+epochs and lag every second. An unmodified confluent-kafka consumer (``KAFKA_CLIENT``, which
+imports nothing of this project) joins the group through ``kgo gateway``, takes its share and
+commits; the group scales 3 -> 5 -> 3 and a member restarts, showing that the restart moves
 no partition. Then it snapshots the group's committed offsets with the Spark snapshot job on
 local Spark, lets the members consume on, restores the snapshot (the restore job's dry-run
 plan first, then the plan applied through the coordinator) and checks that the offsets are
@@ -27,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +53,40 @@ TopicPartition = tuple[str, int]
 CONSUME_ON_S = 10
 # Seconds a stopped member process or Spark job gets before it is killed.
 STOP_TIMEOUT_S = 10
+
+# A plain Kafka consumer, as an application the operator did not write runs it (the README's
+# example of "Using your existing Kafka clients"): the environment is what the operator injects
+# into a pod with ``clientProtocol: kafka``; the topic is its argument.
+KAFKA_CLIENT = """
+import os
+import signal
+import sys
+import threading
+
+from confluent_kafka import Consumer
+
+consumer = Consumer(
+    {
+        "bootstrap.servers": os.environ["KAFKA_BOOTSTRAP_SERVERS"],
+        "group.id": os.environ["KAFKA_GROUP_ID"],
+        "group.instance.id": os.environ["KAFKA_GROUP_INSTANCE_ID"],
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+consumer.subscribe([sys.argv[1]])
+try:
+    while not stop.is_set():
+        message = consumer.poll(1.0)
+        if message is None or message.error():
+            continue
+        consumer.commit(message, asynchronous=False)  # after processing it
+finally:
+    consumer.close()  # leaves the group
+"""
 
 
 # ------------------------------------------------------------------------ member process
@@ -237,6 +274,13 @@ class LocalGroup:
     broker: embedded.EmbeddedBroker | None = None
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
+    # The coordinator's Kafka listener (``kgo coordinator --kafka-port``), for the gateway.
+    kafka_listener: bool = False
+    kafka_port: int = 0
+    gateway: subprocess.Popen[bytes] | None = None
+    gateway_port: int = 0
+    # instance -> an unmodified Kafka client's process (``KAFKA_CLIENT``), through the gateway
+    kafka_clients: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # The group's bearer token, as the operator would keep it in the group's Secret.
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -288,6 +332,10 @@ class LocalGroup:
             )
         )
         log = (self.directory / "coordinator.log").open("ab")
+        listener: list[str] = []
+        if self.kafka_listener:
+            self.kafka_port = embedded.free_port()
+            listener = ["--kafka-port", str(self.kafka_port)]
         self.coordinator = subprocess.Popen(
             [
                 sys.executable,
@@ -306,6 +354,7 @@ class LocalGroup:
                 str(groups),
                 "--tokens",
                 str(tokens),
+                *listener,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -317,6 +366,81 @@ class LocalGroup:
         _wait_http(
             f"{self.coordinator_url}/v1/groups/{self.group}", 60, self.coordinator, self.token
         )
+
+    def start_gateway(self, timeout: float = 60) -> None:
+        """``kgo gateway`` in front of the broker and the coordinator's Kafka listener, as the
+        operator runs it beside a ``clientProtocol: kafka`` pod (the group's token is its
+        own, never the client's)."""
+        assert self.broker is not None, "start() first"
+        assert self.kafka_port, "start with kafka_listener=True"
+        self.gateway_port = embedded.free_port()
+        log = (self.directory / "gateway.log").open("ab")
+        self.gateway = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kafka_group_operator",
+                "gateway",
+                "--bootstrap",
+                self.broker.bootstrap,
+                "--coordinator",
+                f"127.0.0.1:{self.kafka_port}",
+                "--group-id",
+                self.group,
+                "--port",
+                str(self.gateway_port),
+            ],
+            env={**os.environ, "KGO_GROUP_TOKEN": self.token},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.gateway.poll() is not None:
+                raise RuntimeError(f"kgo gateway exited with {self.gateway.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.gateway_port), 0.5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"kgo gateway not listening after {timeout}s") from None
+                time.sleep(0.1)
+
+    def start_kafka_client(self, instance: str) -> subprocess.Popen[bytes]:
+        """An unmodified confluent-kafka consumer (``KAFKA_CLIENT``) bootstrapped at the
+        gateway, with the environment the operator injects into its pod."""
+        assert self.gateway is not None, "start_gateway() first"
+        log = (self.directory / f"{instance}.log").open("ab")
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("KGO_", "KAFKA_"))}
+        process = subprocess.Popen(
+            [sys.executable, "-c", KAFKA_CLIENT, self.topic],
+            env={
+                **clean,
+                "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{self.gateway_port}",
+                "KAFKA_GROUP_ID": self.group,
+                "KAFKA_GROUP_INSTANCE_ID": instance,
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.kafka_clients[instance] = process
+        return process
+
+    def stop_kafka_clients(self) -> None:
+        """SIGTERM, as Kubernetes stops a pod: each client closes its consumer (leaves)."""
+        stopping = list(self.kafka_clients.values())
+        self.kafka_clients.clear()
+        for process in stopping:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        for process in stopping:
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def member_env_for(self, topic: str) -> dict[str, str]:
         """What the operator injects into a pod of this group, minus the pod's identity."""
@@ -406,6 +530,15 @@ class LocalGroup:
     def stop(self) -> None:
         # All members at once: each commits and leaves on its own.
         self.stop_members(list(self.members))
+        self.stop_kafka_clients()
+        if self.gateway is not None:
+            self.gateway.terminate()
+            try:
+                self.gateway.wait(15)
+            except subprocess.TimeoutExpired:
+                self.gateway.kill()
+                self.gateway.wait()
+            self.gateway = None
         if self.coordinator is not None:
             self.coordinator.terminate()
             try:
@@ -511,8 +644,9 @@ class Screen:
             self.out.flush()
 
     def processes(self) -> str:
-        """``orders-0 pid 4242, orders-1 pid 4250 (restarted 1x)``: the member processes."""
-        return ", ".join(
+        """``orders-0 pid 4242, orders-1 pid 4250 (restarted 1x)``: the member processes,
+        then the unmodified Kafka clients'."""
+        members = [
             f"{instance} pid {process.pid}"
             + (
                 f" (restarted {self.group.restarts[instance]}x)"
@@ -520,7 +654,12 @@ class Screen:
                 else ""
             )
             for instance, process in sorted(self.group.members.items())
-        )
+        ]
+        clients = [
+            f"{instance} pid {process.pid} (confluent-kafka via kgo gateway)"
+            for instance, process in sorted(self.group.kafka_clients.items())
+        ]
+        return ", ".join(members + clients)
 
     def show(self, caption: str, before: dict[TopicPartition, str], elapsed: str = "") -> None:
         """One frame; ``before`` is who owned what when the step began (moves count from it).
@@ -735,6 +874,7 @@ def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) 
 
     instances = sorted(group.members)
     group.stop_members(instances, permanent=True)
+    group.stop_kafka_clients()
     if not screen.watch(
         "scaled to 0: the coordinator takes an administrative commit only while the group is empty",
         20,
@@ -815,6 +955,55 @@ def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) 
     screen.watch("restored and consuming", 5)
 
 
+def kafka_client_joins(screen: Screen, instance: str, seconds: float) -> None:
+    """The gateway and an unmodified Kafka client join the group; the step passes once the
+    client owns partitions and its commits of them move on, as the coordinator sees them."""
+    group = screen.group
+    before = _owners(group)
+    group.start_gateway()
+    pid = group.start_kafka_client(instance).pid
+    start = time.monotonic()
+    caption = (
+        f"{instance}: a plain confluent-kafka consumer (group.protocol=consumer, pid {pid}) "
+        "joins through kgo gateway"
+    )
+    first: dict[TopicPartition, int] = {}
+
+    def committing() -> bool:
+        try:
+            owned = group.ownership().get(instance, frozenset())
+            with contextlib.closing(group.client()) as coordinator:
+                now = {tp: o for tp, o in coordinator.fetch().items() if tp in owned}
+        except Exception:
+            return False  # the coordinator not answering this once: the next frame asks again
+        if not first:
+            first.update(now)
+            return False
+        return any(offset > first.get(tp, offset) for tp, offset in now.items())
+
+    if not screen.watch(caption, 60, until=committing, before=before):
+        raise DemoFailed(f"{instance} owns no partition or commits nothing")
+    joined = time.monotonic() - start
+    owned = sorted(group.ownership().get(instance, frozenset()))
+    with contextlib.closing(group.client()) as coordinator:
+        committed = {tp: o for tp, o in coordinator.fetch().items() if tp in owned}
+    screen.note(
+        "",
+        f"{instance} (confluent-kafka, importing nothing of kgo; bootstrap = the gateway) owns "
+        f"{describe.compact_partitions(_by_topic(owned))} and commits them, "
+        f"{joined:.1f} s after it started:",
+        *offsets_table(group.topic, [("first commit seen", first), ("committed now", committed)]),
+    )
+    screen.watch(caption, max(seconds - joined, 0), before=before)
+
+
+def _by_topic(partitions: list[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -826,15 +1015,20 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
         signal.signal(signal.SIGINT, _interrupt)
     steps: list[tuple[str, float, str]] = [
         ("start", 14, "3 members join and share 12 partitions"),
-        ("scale 5", 14, "scaled to 5: only the partitions the new members need move"),
-        ("scale 3", 14, "scaled back to 3: the leavers' partitions move at once"),
+        ("kafka client", 10, ""),
+        (
+            "scale 5",
+            14,
+            "scaled to 5 library members: only the partitions the new members need move",
+        ),
+        ("scale 3", 14, "scaled back to 3 library members: the leavers' partitions move at once"),
         (
             "restart orders-1",
             18,
             "orders-1 crashed (kill -9) and restarted in its pod: nothing moves",
         ),
     ]
-    group = LocalGroup(group="demo.orders", work_ms=2.0)
+    group = LocalGroup(group="demo.orders", work_ms=2.0, kafka_listener=True)
     screen = Screen(group, out)
     producer: Producer | None = None
     try:
@@ -849,6 +1043,9 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
         for action, duration, caption in steps:
             # Taken before the action: a scale-down's leavers are gone from the view after it.
             before = _owners(group)
+            if action == "kafka client":
+                kafka_client_joins(screen, "orders-kafka", duration)
+                continue
             if action == "start":
                 for index in range(3):
                     group.start_member(f"orders-{index}")
