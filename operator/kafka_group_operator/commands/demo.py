@@ -54,16 +54,16 @@ CONSUME_ON_S = 10
 # Seconds a stopped member process or Spark job gets before it is killed.
 STOP_TIMEOUT_S = 10
 
-# A plain Kafka consumer, as an application the operator did not write runs it (the README's
-# example of "Using your existing Kafka clients"): the environment is what the operator injects
-# into a pod with ``clientProtocol: kafka``; the topic is its argument.
-KAFKA_CLIENT = """
+# A plain Kafka consumer, as an application the operator did not write runs it: the README's
+# example of "Using your existing Kafka clients", verbatim (a test keeps them equal); its
+# environment is what the operator injects into a pod with ``clientProtocol: kafka``, and
+# ``start_kafka_client`` puts the demo's topic in place of the example's.
+KAFKA_CLIENT = """\
 import os
 import signal
-import sys
 import threading
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 
 consumer = Consumer(
     {
@@ -77,13 +77,17 @@ consumer = Consumer(
 )
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-consumer.subscribe([sys.argv[1]])
+consumer.subscribe(["invoices"])
 try:
     while not stop.is_set():
         message = consumer.poll(1.0)
         if message is None or message.error():
             continue
-        consumer.commit(message, asynchronous=False)  # after processing it
+        print(message.partition(), message.offset(), message.value())
+        try:
+            consumer.commit(message, asynchronous=False)  # after processing it
+        except KafkaException as error:
+            print(error)  # e.g. STALE_MEMBER_EPOCH during a rebalance: the next commit covers it
 finally:
     consumer.close()  # leaves the group
 """
@@ -414,7 +418,11 @@ class LocalGroup:
         log = (self.directory / f"{instance}.log").open("ab")
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("KGO_", "KAFKA_"))}
         process = subprocess.Popen(
-            [sys.executable, "-c", KAFKA_CLIENT, self.topic],
+            [
+                sys.executable,
+                "-c",
+                KAFKA_CLIENT.replace('["invoices"]', json.dumps([self.topic])),
+            ],
             env={
                 **clean,
                 "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{self.gateway_port}",
