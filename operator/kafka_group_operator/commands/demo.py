@@ -9,7 +9,7 @@ no partition. Then it snapshots the group's committed offsets with the Spark sna
 local Spark, lets the members consume on, restores the snapshot (the restore job's dry-run
 plan first, then the plan applied through the coordinator) and checks that the offsets are
 back exactly at the snapshot and that the members resume from there. Stops by itself after
-about three minutes; Ctrl-C stops it cleanly too, Spark job included.
+about three to four minutes; Ctrl-C stops it cleanly too, Spark job included.
 
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
 rebalance benchmark. A member process is this module run with ``member``: a ``GroupMember``
