@@ -71,6 +71,9 @@ def parser(job: str, description: str) -> argparse.ArgumentParser:
 
 def run(job: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:
     """``main(argv)``, with every expected failure turned into one stderr line and an exit code."""
+    # The client log counts for one job: a run starts from nothing (several jobs may run in one
+    # process, as they do in tests).
+    topics.CLIENT_LOG.reset()
     try:
         return main(argv)
     except errors.UsageError as error:

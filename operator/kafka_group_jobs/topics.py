@@ -53,6 +53,9 @@ class ClientLog(logging.Handler):
         # "FAIL [rdkafka#consumer-1] [thrd:host:9/bootstrap]: host:9/bootstrap: Connect..."
         self.last = record.getMessage().rpartition("]: ")[2]
 
+    def reset(self) -> None:
+        self.lines, self.last = 0, ""
+
     def summary(self) -> str:
         """``" (the Kafka client logged N lines; the last: ...)"``, or ``""``."""
         if not self.lines:
