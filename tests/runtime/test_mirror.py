@@ -10,10 +10,12 @@ from collections.abc import Mapping
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.runtime import coordinator_runtime, mirror
+from kafka_group_operator.runtime import coordinator_runtime, metrics, mirror
 from tests.runtime import logs
 from tests.support import groups, native_groups
 
@@ -152,10 +154,20 @@ async def test_a_native_group_with_active_members_refuses_and_shows_why(
             refused = await _status_until(runtime, "busy", mirror.MirrorReason.MIRROR_FAILED)
             assert "UNKNOWN_MEMBER_ID" in refused.message
             assert "active members" in refused.message
+            # The failure is on /metrics too, where an alert sees it.
+            scraped = _mirror_metrics(runtime, "busy")
+            assert scraped["kgo_offsets_mirrored"] == ("MirrorFailed", 0)
+            assert scraped["kgo_offsets_mirror_behind_partitions"] == ("MirrorFailed", 1)
+            assert scraped["kgo_offsets_mirror_failures"][1] >= 1
             # Once the native consumer has left, the retry goes through.
             await asyncio.to_thread(consumer.close)
             await _status_until(runtime, "busy", mirror.MirrorReason.CAUGHT_UP, within=60)
             await native_groups.wait_for_offsets(broker.bootstrap, "busy", {(topic, 0): 4})
+            assert _mirror_metrics(runtime, "busy") == {
+                "kgo_offsets_mirrored": ("CaughtUp", 1),
+                "kgo_offsets_mirror_behind_partitions": ("CaughtUp", 0),
+                "kgo_offsets_mirror_failures": ("CaughtUp", 0),
+            }
     finally:
         consumer.close()
 
@@ -181,3 +193,17 @@ async def test_only_the_coordinator_serving_the_group_mirrors_it(
             )
             await _commit(second, "handed-over", {(topic, 0): 8})
             await native_groups.wait_for_offsets(broker.bootstrap, "handed-over", {(topic, 0): 8})
+
+
+def _mirror_metrics(
+    runtime: coordinator_runtime.CoordinatorRuntime, group_id: str
+) -> dict[str, tuple[str, float]]:
+    """The mirror's series of one group as scraped: name -> (reason label, value)."""
+    text = generate_latest(metrics.registry_for(runtime, "test")).decode()
+    return {
+        sample.name: (sample.labels["reason"], sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("kgo_offsets_mirror")
+        for sample in family.samples
+        if sample.labels.get("group") == group_id
+    }

@@ -347,6 +347,7 @@ def registry_for(
     if not metrics.collectors_added:
         metrics.registry.register(LagCollector(runtime, cluster_name))
         metrics.registry.register(CoordinatorCollector(runtime))
+        metrics.registry.register(MirrorCollector(runtime))
         metrics.collectors_added = True
     return metrics.registry
 
@@ -517,5 +518,50 @@ class CoordinatorCollector(Collector):
             GaugeMetricFamily(
                 "kgo_log_end_histories",
                 "Partitions whose log-end history is kept for lag in seconds",
+            ),
+        )
+
+
+class MirrorCollector(Collector):
+    """The offset mirror into the brokers' native groups, per group, read at scrape time.
+
+    A failing mirror never fails a commit, so these are where an alert sees it: ``mirrored``
+    drops to 0, ``behind`` counts the partitions the native group lags on, and ``failures``
+    the consecutive failed attempts.
+    """
+
+    def __init__(self, runtime: coordinator_runtime.CoordinatorRuntime) -> None:
+        self._runtime = runtime
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        mirrored, behind, failures = self._families()
+        for group_id, status in sorted(self._runtime.mirror.statuses().items()):
+            labels = [group_id, status.reason.value]
+            mirrored.add_metric(labels, 1 if status.mirrored else 0)
+            behind.add_metric(labels, status.behind)
+            failures.add_metric(labels, status.failures)
+        return [mirrored, behind, failures]
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        labels = ["group", "reason"]
+        return (
+            GaugeMetricFamily(
+                "kgo_offsets_mirrored",
+                "1 when the brokers' native group carries every committed offset",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "kgo_offsets_mirror_behind_partitions",
+                "Partitions whose committed offset the native group does not carry yet",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "kgo_offsets_mirror_failures",
+                "Consecutive failed attempts to mirror the group's offsets",
+                labels=labels,
             ),
         )
