@@ -26,7 +26,10 @@ the writer first looks whether another coordinator took the partition since this
 last committed record: every coordinator's load and fence-check markers carry a nonce naming
 its writer (``marker_nonce``), and the writer appends a plain probe marker and reads the log
 from that record to the probe (``read_uncommitted``: its own unsettled transaction must not
-block the read). A foreign coordinator's marker there means this writer was fenced.
+block the read). A foreign coordinator's marker there means this writer was fenced. A writer
+appends a plain "take" marker before every ``init_transactions``, so a fencing that cut an
+older holder's transaction short always has its marker ahead of that holder's probe; probe
+markers themselves are no evidence (the holder in doubt writes them).
 
 librdkafka's transactional calls block, so each partition's producer runs them on a thread
 of its own: partitions commit in parallel, and one partition's appends stay in order.
@@ -65,6 +68,8 @@ _FENCED_CODES = frozenset(
 # Nonces of markers written by coordinators start so. Markers with other nonces come from the
 # jobs of earlier versions, which appended their own; jobs now ask the coordinator (read_fence).
 COORDINATOR_NONCE_PREFIX = "coordinator-"
+# The purpose word of a probe marker's nonce (``_read_to_a_probe``).
+_PROBE = "probe"
 
 
 def transactional_id(topic: str, partition: int) -> str:
@@ -116,6 +121,9 @@ class _PartitionProducer:
                 if self._in_doubt and self._last_committed >= 0:
                     self._look_for_a_new_holder()
                 self._in_doubt = False
+                # Said before it fences: an older holder whose write the fencing cut short
+                # probes the log after it, and so finds this marker (see the module docstring).
+                self._append_plain_marker("take")
                 producer = Producer(self._config)
                 producer.init_transactions(self._timeout_s)
             except KafkaException as error:
@@ -187,25 +195,10 @@ class _PartitionProducer:
 
     def _read_to_a_probe(self) -> None:
         deadline = time.monotonic() + 2 * self._timeout_s
-        probe = Producer(self._plain_config)
-        nonce = f"{self._nonce_prefix}probe-{uuid.uuid4().hex}"
-        key, value = codec.encode_record(
-            records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
-        )
-        offsets: list[int] = []
-        probe.produce(
-            self.topic,
-            value,
-            key,
-            partition=self.partition,
-            on_delivery=lambda error, message: offsets.append(
-                -1 if error is not None else (message.offset() or 0)
-            ),
-        )
-        probe.flush(self._timeout_s)
-        if not offsets or offsets[0] < 0:
-            raise errors.WriteFailed("cannot write a probe marker", "COORDINATOR_NOT_AVAILABLE")
-        end = offsets[0]
+        key = codec.encode_record(
+            records.Record(records.LoadMarkerKey(), records.LoadMarkerValue("", 0))
+        )[0]
+        end = self._append_plain_marker(_PROBE)
         consumer = Consumer(
             {
                 **self._reader_config,
@@ -222,10 +215,13 @@ class _PartitionProducer:
                         continue
                     marker = message.value()
                     found = codec.decode_value(records.LoadMarkerKey(), marker) if marker else None
+                    # A probe says nothing of who holds the partition: an old holder in
+                    # doubt writes one too.
                     if (
                         isinstance(found, records.LoadMarkerValue)
                         and found.nonce.startswith(COORDINATOR_NONCE_PREFIX)
                         and not found.nonce.startswith(self._nonce_prefix)
+                        and f"-{_PROBE}-" not in found.nonce
                     ):
                         raise self._fenced(KafkaError(KafkaError._FENCED))
                     if (message.offset() or 0) >= end:
@@ -235,6 +231,30 @@ class _PartitionProducer:
         raise errors.WriteFailed(
             "cannot read the partition to the probe", "COORDINATOR_NOT_AVAILABLE"
         )
+
+    def _append_plain_marker(self, purpose: str) -> int:
+        """A load marker naming this writer, appended outside any transaction; its offset."""
+        producer = Producer(self._plain_config)
+        nonce = f"{self._nonce_prefix}{purpose}-{uuid.uuid4().hex}"
+        key, value = codec.encode_record(
+            records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
+        )
+        offsets: list[int] = []
+        producer.produce(
+            self.topic,
+            value,
+            key,
+            partition=self.partition,
+            on_delivery=lambda error, message: offsets.append(
+                -1 if error is not None else (message.offset() or 0)
+            ),
+        )
+        producer.flush(self._timeout_s)
+        if not offsets or offsets[0] < 0:
+            raise errors.WriteFailed(
+                f"cannot write a {purpose} marker", "COORDINATOR_NOT_AVAILABLE"
+            )
+        return offsets[0]
 
     def _settle(self, producer: Producer, error: KafkaError) -> errors.StateTopicError:
         """The error to raise for a transaction that failed with ``error``. Unless the
