@@ -27,9 +27,12 @@ last committed record: every coordinator's load and fence-check markers carry a 
 its writer (``marker_nonce``), and the writer appends a plain probe marker and reads the log
 from that record to the probe (``read_uncommitted``: its own unsettled transaction must not
 block the read). A foreign coordinator's marker there means this writer was fenced. A writer
-appends a plain "take" marker before every ``init_transactions``, so a fencing that cut an
-older holder's transaction short always has its marker ahead of that holder's probe; probe
-markers themselves are no evidence (the holder in doubt writes them).
+appends a plain "take" marker before and right after every ``init_transactions``, so that a
+fencing that cut an older holder's transaction short has its marker ahead of that holder's
+probe (the one before unless the holder committed in between, the one after unless the
+holder's probe won the few milliseconds between fencing and marker: a heuristic for
+processes that were never meant to share a partition, which leases rule out); probe markers
+themselves are no evidence (the holder in doubt writes them).
 
 librdkafka's transactional calls block, so each partition's producer runs them on a thread
 of its own: partitions commit in parallel, and one partition's appends stay in order.
@@ -126,6 +129,9 @@ class _PartitionProducer:
                 self._append_plain_marker("take")
                 producer = Producer(self._config)
                 producer.init_transactions(self._timeout_s)
+                # And once more after: the older holder may have committed between the first
+                # marker and the fencing, and its probe reads only from its last commit on.
+                self._append_plain_marker("take")
             except KafkaException as error:
                 failure: KafkaError = error.args[0]
                 raise errors.WriteFailed(
