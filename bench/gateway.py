@@ -23,6 +23,7 @@ of the same broker; the added p50/p99 are the differences.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,31 +173,30 @@ def _gateway_broker_port(gateway_port: int) -> int:
     return int(response.brokers[0].port)
 
 
-def run(megabytes: int) -> dict[str, Any]:
-    with embedded.running_broker() as broker:
-        topic = f"bench-gateway-{uuid.uuid4().hex[:6]}"
-        started = time.perf_counter()
-        count = fill(broker.bootstrap, topic, megabytes)
-        print(f"  {count} records in {time.perf_counter() - started:.1f} s", flush=True)
-        api_port, kafka_port, gateway_port = (embedded.free_port() for _ in range(3))
-        coordinator = start_kgo(
-            "coordinator",
-            "--bootstrap",
-            broker.bootstrap,
-            "--port",
-            str(api_port),
-            "--kafka-port",
-            str(kafka_port),
-            "--state-partitions",
-            "2",
-            "--topic",
-            f"bench-gateway-state-{uuid.uuid4().hex[:6]}",
-            port=kafka_port,
-        )
+@contextlib.contextmanager
+def coordinator_and_gateway(bootstrap: str, name: str) -> Iterator[int]:
+    """A ``kgo coordinator`` with its Kafka listener and a ``kgo gateway`` in front of
+    ``bootstrap``, both stopped on exit; yields the gateway's port."""
+    api_port, kafka_port, gateway_port = (embedded.free_port() for _ in range(3))
+    coordinator = start_kgo(
+        "coordinator",
+        "--bootstrap",
+        bootstrap,
+        "--port",
+        str(api_port),
+        "--kafka-port",
+        str(kafka_port),
+        "--state-partitions",
+        "2",
+        "--topic",
+        f"{name}-state-{uuid.uuid4().hex[:6]}",
+        port=kafka_port,
+    )
+    try:
         gateway = start_kgo(
             "gateway",
             "--bootstrap",
-            broker.bootstrap,
+            bootstrap,
             "--coordinator",
             f"127.0.0.1:{kafka_port}",
             "--port",
@@ -203,6 +204,28 @@ def run(megabytes: int) -> dict[str, Any]:
             port=gateway_port,
         )
         try:
+            yield gateway_port
+        finally:
+            _stop(gateway)
+    finally:
+        _stop(coordinator)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def run(megabytes: int) -> dict[str, Any]:
+    with embedded.running_broker() as broker:
+        topic = f"bench-gateway-{uuid.uuid4().hex[:6]}"
+        started = time.perf_counter()
+        count = fill(broker.bootstrap, topic, megabytes)
+        print(f"  {count} records in {time.perf_counter() - started:.1f} s", flush=True)
+        with coordinator_and_gateway(broker.bootstrap, "bench-gateway") as gateway_port:
             rounds: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
             for round_ in range(ROUNDS):
                 for kind, bootstrap in (
@@ -220,13 +243,6 @@ def run(megabytes: int) -> dict[str, Any]:
                 latency["direct"].append(round_trips((host, int(port)), LATENCY_SAMPLES))
                 latency["gateway"].append(round_trips(("127.0.0.1", broker_port), LATENCY_SAMPLES))
             print(f"  latency: {json.dumps(latency)}", flush=True)
-        finally:
-            for process in (gateway, coordinator):
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
     best = {kind: max(r["mb_per_s"] for r in runs) for kind, runs in rounds.items()}
     ratios = [
         round(g["mb_per_s"] / d["mb_per_s"], 2)

@@ -26,9 +26,7 @@ import datetime
 import json
 import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -38,7 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bench.gateway import start_kgo
+from bench.gateway import coordinator_and_gateway
 from kafka_group_operator.embedded import broker as embedded
 
 RESULTS = Path(__file__).parent / "results" / "join.json"
@@ -98,50 +96,18 @@ def run(rounds: int) -> dict[str, Any]:
     with embedded.running_broker() as broker:
         topic = f"bench-join-{uuid.uuid4().hex[:6]}"
         fill(broker.bootstrap, topic)
-        api_port, kafka_port, gateway_port = (embedded.free_port() for _ in range(3))
-        coordinator = start_kgo(
-            "coordinator",
-            "--bootstrap",
-            broker.bootstrap,
-            "--port",
-            str(api_port),
-            "--kafka-port",
-            str(kafka_port),
-            "--state-partitions",
-            "2",
-            "--topic",
-            f"bench-join-state-{uuid.uuid4().hex[:6]}",
-            port=kafka_port,
-        )
-        gateway = start_kgo(
-            "gateway",
-            "--bootstrap",
-            broker.bootstrap,
-            "--coordinator",
-            f"127.0.0.1:{kafka_port}",
-            "--port",
-            str(gateway_port),
-            port=gateway_port,
-        )
-        bootstraps = {
-            "consumer": f"127.0.0.1:{gateway_port}",
-            "classic": f"127.0.0.1:{gateway_port}",
-            "native": broker.bootstrap,
-        }
-        try:
+        with coordinator_and_gateway(broker.bootstrap, "bench-join") as gateway_port:
+            bootstraps = {
+                "consumer": f"127.0.0.1:{gateway_port}",
+                "classic": f"127.0.0.1:{gateway_port}",
+                "native": broker.bootstrap,
+            }
             runs: dict[str, list[float]] = {kind: [] for kind in KINDS}
             for round_ in range(rounds):
                 for kind, settings in KINDS.items():
                     seconds = round(join(bootstraps[kind], topic, settings), 3)
                     runs[kind].append(seconds)
                     print(f"  round {round_} {kind}: {seconds} s", flush=True)
-        finally:
-            for process in (gateway, coordinator):
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
     medians = {kind: round(statistics.median(times), 3) for kind, times in runs.items()}
     return {
         "benchmark": "join",
