@@ -84,6 +84,21 @@ class OffsetCommitResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    """Kafka's OffsetDelete: drop the committed offsets of these partitions (admin tools)."""
+
+    group_id: str
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    # Per-partition error name (Kafka's), absent for partitions deleted or never committed:
+    # GROUP_SUBSCRIBED_TO_TOPIC while a member of the group subscribes to the topic.
+    errors: Mapping[TopicPartition, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
     group_id: str
     # None fetches every committed partition of the group.

@@ -17,6 +17,9 @@ Commit rules (DESIGN §2, KIP-848's OffsetCommit v9+):
 * Metadata longer than 4096 UTF-8 bytes (``offset.metadata.max.bytes``) fails that
   partition with ``OFFSET_METADATA_TOO_LARGE``.
 
+Deletion (Kafka's OffsetDelete, ``delete_offsets``) tombstones single partitions' offsets,
+except those of topics a member of the group subscribes to (``GROUP_SUBSCRIBED_TO_TOPIC``).
+
 Retention, as Kafka's ``OffsetMetadataManager#cleanupExpiredOffsets`` for KIP-848 groups,
 every expiry a tombstone:
 
@@ -39,6 +42,9 @@ from kafka_group_operator.coordinator import records as coordinator_records
 from kafka_group_records import records as schema
 
 MAX_METADATA_BYTES = 4096
+# OffsetDelete's refusal of a partition whose topic a member subscribes to (Kafka's error
+# 86, a per-partition error with no coordinator exception of its own).
+GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
 # An offset commit's expire timestamp when it carries none (every version but 1).
 NO_EXPIRY = -1
 
@@ -189,6 +195,35 @@ def _admin_permission(existing: group.ConsumerGroup | None) -> _PartitionCheck:
 
 def _anything(topic: str, partition: int) -> str | None:
     return None
+
+
+def delete_offsets(
+    store: OffsetStore,
+    existing: group.ConsumerGroup | None,
+    request: messages.OffsetDeleteRequest,
+) -> result.Result[messages.OffsetDeleteResponse]:
+    """Kafka's ``OffsetMetadataManager#deleteOffsets`` for a consumer group: an unknown
+    group is ``GROUP_ID_NOT_FOUND``; a partition of a topic some member subscribes to is
+    refused with ``GROUP_SUBSCRIBED_TO_TOPIC`` (its members would lose their position);
+    every other partition is answered without error, and a tombstone is written for each
+    one that has a committed offset (replaying it removes the offset)."""
+    group_id = request.group_id
+    if not group_id:
+        raise errors.InvalidGroupId("GroupId can't be empty.")
+    if existing is None and not store.has_offsets(group_id):
+        raise errors.GroupIdNotFound(f"Group {group_id} does not exist.")
+    subscribed = existing.subscribed_topics if existing is not None else None
+    committed = store.committed(group_id)
+    refused: dict[TopicPartition, str] = {}
+    records = []
+    for topic, partition in sorted(set(request.partitions)):
+        if subscribed is not None and topic in subscribed:
+            refused[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
+        elif (topic, partition) in committed:
+            records.append(
+                coordinator_records.new_offset_commit_tombstone(group_id, topic, partition)
+            )
+    return result.Result(messages.OffsetDeleteResponse(errors=refused), records)
 
 
 def fetch_offsets(

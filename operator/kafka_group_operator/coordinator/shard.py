@@ -111,6 +111,11 @@ class CoordinatorShard:
             self._offsets, self._groups.get(request.group_id), request, now_ms
         )
 
+    def delete_offsets(
+        self, request: messages.OffsetDeleteRequest, now_ms: int
+    ) -> result.Result[messages.OffsetDeleteResponse]:
+        return offsets.delete_offsets(self._offsets, self._groups.get(request.group_id), request)
+
     def configure_group(self, settings: messages.GroupSettings, now_ms: int) -> result.Result[None]:
         return self._membership.configure_group(settings, now_ms)
 

@@ -1,4 +1,5 @@
-"""OffsetCommit and OffsetFetch onto the coordinator's commit and fetch.
+"""OffsetCommit, OffsetFetch and OffsetDelete onto the coordinator's commit, fetch and
+deletion of offsets.
 
 Commits are fenced as Kafka fences them: a member's commit must carry its current epoch
 (``STALE_MEMBER_EPOCH``) and come from a known member (``UNKNOWN_MEMBER_ID``); versions
@@ -6,6 +7,12 @@ below 9 are the classic protocol's, where Kafka reports a stale epoch as
 ``ILLEGAL_GENERATION`` (``ConsumerGroup.validateOffsetCommit``). An administrative commit
 (empty member id, epoch -1) is accepted only while the group has no active member.
 Versions 10 of both APIs name topics by id.
+
+OffsetDelete answers as Kafka's broker does: a group-level failure (authorization,
+``GROUP_ID_NOT_FOUND``, ``NOT_COORDINATOR``, ...) is the top-level error with no topics; a
+topic the cluster does not have is ``UNKNOWN_TOPIC_OR_PARTITION`` on each of its partitions
+(``KafkaApis`` checks that before the coordinator sees the request); the coordinator
+refuses the partitions of subscribed topics with ``GROUP_SUBSCRIBED_TO_TOPIC``.
 """
 
 from __future__ import annotations
@@ -206,3 +213,48 @@ async def offset_fetch(ctx: dispatch.RequestContext, request: Any) -> Any:
             )
         )
     return ctx.response(groups=tuple(groups))
+
+
+async def offset_delete(ctx: dispatch.RequestContext, request: Any) -> Any:
+    known = ctx.coordinator.known_topics()
+    wanted = tuple(
+        (str(topic.name), int(partition.partition_index))
+        for topic in request.topics
+        if topic.name in known
+        for partition in topic.partitions
+    )
+    try:
+        ctx.authorize(request.group_id)
+        response = await ctx.coordinator.delete_offsets(
+            messages.OffsetDeleteRequest(group_id=request.group_id, partitions=wanted)
+        )
+    except errors.CoordinatorError as error:
+        return ctx.response(error_code=dispatch.error_code(error), topics=())
+    topics = tuple(
+        ctx.nested(
+            "OffsetDeleteResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                ctx.nested(
+                    "OffsetDeleteResponsePartition",
+                    partition_index=partition.partition_index,
+                    error_code=(
+                        ErrorCode.unknown_topic_or_partition
+                        if topic.name not in known
+                        else _error_named(
+                            response.errors.get((topic.name, partition.partition_index))
+                        )
+                    ),
+                )
+                for partition in topic.partitions
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.response(error_code=ErrorCode.none, topics=topics)
+
+
+def _error_named(name: str | None) -> ErrorCode:
+    """Kafka's error code of a per-partition error name (``ErrorCode`` is named as Kafka's
+    ``Errors``, in lower case)."""
+    return ErrorCode.none if name is None else ErrorCode[name.lower()]

@@ -401,6 +401,14 @@ class CoordinatorRuntime:
         self.metrics.commit_acknowledged(time.perf_counter() - started)
         return response
 
+    async def delete_offsets(
+        self, request: messages.OffsetDeleteRequest
+    ) -> messages.OffsetDeleteResponse:
+        response: messages.OffsetDeleteResponse = await self._write(
+            request.group_id, lambda s, now: s.delete_offsets(request, now)
+        )
+        return response
+
     def _group_state(self, group_id: str) -> str | None:
         state = self._partitions[self.partition_of(group_id)].shard
         return None if state is None else state.group_state(group_id)
