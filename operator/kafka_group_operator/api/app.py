@@ -11,6 +11,10 @@ Every failure leaves as a Kafka-style error body ``{"error", "code", "message"}`
 With a ``discovery.Directory`` (coordinators that split the state topic), a
 ``NOT_COORDINATOR`` body also names the group's coordinator, ``"coordinator": {"partition",
 "url"}``, and ``GET /v1/groups/{group}/coordinator`` answers who it is.
+
+With an internal token, the internal API (``api.internal``: the control plane's calls on the
+groups served here) is served under ``/internal/v1``, authenticated by that token instead of
+the group tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Protocol
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from kafka_group_operator.api import discovery, openapi, tokens, wire
+from kafka_group_operator.api import discovery, internal, openapi, tokens, wire
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.runtime import coordinator_runtime
 
@@ -137,7 +141,11 @@ def _auth_middleware(store: tokens.TokenStore | None) -> Middleware:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         group = request.match_info.get("group")
-        if store is not None and group is not None and request.path not in _PUBLIC_PATHS:
+        if internal.is_internal(request.path):
+            # Routed only when an internal token is configured (else a 404).
+            if internal.INTERNAL_TOKEN_KEY in request.app:
+                internal.authorize(request)
+        elif store is not None and group is not None and request.path not in _PUBLIC_PATHS:
             tokens.authorize(
                 store, group, tokens.bearer_token(request.headers.get("Authorization"))
             )
@@ -275,9 +283,12 @@ def build_app(
     runtime: Coordinator,
     token_store: tokens.TokenStore | None,
     directory: discovery.Directory | None = None,
+    internal_coordinator: internal.InProcessCoordinator | None = None,
+    internal_token: str | None = None,
 ) -> web.Application:
     """The member API over ``runtime``; ``token_store=None`` serves without authentication;
-    ``directory`` names the coordinators of the partitions ``runtime`` does not serve."""
+    ``directory`` names the coordinators of the partitions ``runtime`` does not serve; with
+    ``internal_coordinator`` (the same runtime) and ``internal_token``, the internal API."""
     app = web.Application(
         middlewares=[_errors_middleware, _auth_middleware(token_store)],
         client_max_size=MAX_BODY_BYTES,
@@ -294,6 +305,11 @@ def build_app(
     app.router.add_post("/v1/groups/{group}/read-fence", _read_fence)
     app.router.add_get("/v1/groups/{group}/coordinator", _find_coordinator)
     app.router.add_get("/v1/groups/{group}", _describe)
+    if internal_coordinator is not None:
+        if not internal_token:
+            raise ValueError("the internal API needs an internal token")
+        internal.add_routes(app, internal_coordinator, internal_token)
+        app.router.add_get(f"{internal.PREFIX}/groups/{{group}}/coordinator", _find_coordinator)
     app.router.add_get("/v1/groups", _list)
     app.router.add_get("/openapi.json", _openapi)
     app.router.add_get("/healthz", _health)

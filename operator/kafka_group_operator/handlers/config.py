@@ -26,6 +26,65 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class LeaseConfig:
+    """Partition Leases across the StatefulSet's replicas (``api.lease_shards``).
+
+    On when ``KGO_REPLICAS`` is above 1 or ``KGO_LEASES`` is true. The replicas are the
+    StatefulSet's pods ``<statefulset>-0`` .. ``-<replicas-1>``; this one is ``KGO_POD_NAME``
+    (the chart sets it from the pod's name); ``peer_url`` (with ``{identity}``) is how
+    members reach a replica, through the headless Service.
+    """
+
+    namespace: str
+    pod_name: str
+    replicas: int
+    statefulset: str
+    lease_prefix: str
+    peer_url: str
+    lease_duration_seconds: int = 15
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        return tuple(f"{self.statefulset}-{index}" for index in range(self.replicas))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LeaseConfig | None:
+        replicas = _integer(env, "KGO_REPLICAS", 1)
+        wanted = env.get("KGO_LEASES", "").strip().lower() in ("1", "true", "yes")
+        if replicas < 1:
+            raise ConfigError(f"KGO_REPLICAS must be at least 1, not {replicas}")
+        if replicas == 1 and not wanted:
+            return None
+        pod = (env.get("KGO_POD_NAME") or env.get("HOSTNAME") or "").strip()
+        statefulset, dash, ordinal = pod.rpartition("-")
+        if not dash or not ordinal.isdigit():
+            raise ConfigError(
+                f"KGO_POD_NAME must be a StatefulSet pod's name (<name>-<ordinal>), not {pod!r}"
+            )
+        if int(ordinal) >= replicas:
+            raise ConfigError(f"pod {pod} is beyond KGO_REPLICAS={replicas}")
+        namespace = (env.get("KGO_NAMESPACE") or "").strip()
+        if not namespace:
+            raise ConfigError("KGO_NAMESPACE (where the partition Leases live) is unset")
+        port = _integer(env, "KGO_API_PORT", 8080)
+        peer_url = env.get("KGO_PEER_URL") or f"http://{{identity}}.{statefulset}-headless:{port}"
+        if "{identity}" not in peer_url:
+            raise ConfigError(f"KGO_PEER_URL must contain {{identity}}, not {peer_url!r}")
+        duration = _integer(env, "KGO_LEASE_DURATION_SECONDS", cls.lease_duration_seconds)
+        if duration < 2:
+            raise ConfigError(f"KGO_LEASE_DURATION_SECONDS must be at least 2, not {duration}")
+        return cls(
+            namespace=namespace,
+            pod_name=pod,
+            replicas=replicas,
+            statefulset=statefulset,
+            lease_prefix=env.get("KGO_LEASE_PREFIX") or f"{statefulset}-partition",
+            peer_url=peer_url,
+            lease_duration_seconds=duration,
+        )
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     bootstrap_servers: str
     state_topic: str = "kafka-group-operator.group-state"
@@ -48,6 +107,8 @@ class OperatorConfig:
     # series as kafka-lag-exporter's do.
     metrics_port: int = 9090
     cluster_name: str = "default"
+    # Several replicas split the state partitions by Leases (None: one replica serves all).
+    leases: LeaseConfig | None = None
     # The image of the gateway sidecar of ``clientProtocol: kafka`` groups (the operator's).
     gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
     status_interval_seconds: float = 10.0
@@ -61,6 +122,9 @@ class OperatorConfig:
     # Where the coordinator finds compaction checkpoints to start from (those of scheduled
     # compaction unless set apart); only local directories are read.
     checkpoint_uri: str | None = None
+    # The replicas' shared secret for the internal API (the control plane's calls on the
+    # replica coordinating a group); None: a single replica, every group served in-process.
+    internal_token: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -91,6 +155,7 @@ class OperatorConfig:
             kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
             metrics_port=_integer(env, "KGO_METRICS_PORT", cls.metrics_port),
             cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
+            leases=LeaseConfig.from_env(env),
             gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,
@@ -101,6 +166,7 @@ class OperatorConfig:
                 env.get("KGO_CHECKPOINT_URI") or env.get("KGO_COMPACTION_STORAGE_URI") or ""
             ).strip()
             or None,
+            internal_token=env.get("KGO_INTERNAL_TOKEN", "").strip() or None,
         )
 
 

@@ -25,7 +25,7 @@ from kafka_group_operator.api import metrics as metrics_api
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import lag_health
 from kafka_group_operator.handlers import config as operator_config
-from kafka_group_operator.handlers import ownership
+from kafka_group_operator.handlers import coordinator_port, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
@@ -60,6 +60,9 @@ class OperatorState:
     # (namespace, name) -> the group's window of recent commits for its lag verdict; bounded
     # per partition, dropped with the resource.
     lag_windows: dict[tuple[str, str], lag_health.GroupLagWindow] = field(default_factory=dict)
+    # The control plane's port to the groups' coordinators (``coordinator_port.port_of``
+    # builds it on first use: the local runtime, else the replica serving the group).
+    coordinators: coordinator_port.RoutingCoordinator | None = None
 
 
 def config_of(memo: Any) -> operator_config.OperatorConfig:
