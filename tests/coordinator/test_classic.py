@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from kafka_group_operator.coordinator import errors, group_state, messages, records
+from kafka_group_operator.coordinator import errors, group_state, messages, records, timers
 from kafka_group_records import codec
 from kafka_group_records import records as schema
 from tests.coordinator.harness import (
@@ -381,7 +381,9 @@ def test_mixed_group_with_a_kip848_member() -> None:
 def test_a_member_told_to_rejoin_that_never_does_is_removed_after_its_rebalance_timeout() -> None:
     harness = ranged()
     stuck = join(harness, instance_id="pod-0").member_id
+    sync(harness, stuck, 1, instance_id="pod-0")
     other = join(harness, instance_id="pod-1").member_id
+    sync(harness, other, 2, instance_id="pod-1")
     # Told to join again (its rebalance timeout is 60 s); it keeps heartbeating instead.
     assert heartbeat(harness, stuck, 1, instance_id="pod-0") is True
     for _ in range(6):  # 54 s, each heartbeat inside its 10 s session timeout
@@ -402,10 +404,13 @@ def test_a_member_told_to_rejoin_that_never_does_is_removed_after_its_rebalance_
 def test_a_member_that_rejoins_in_time_is_not_removed_by_its_join_timeout() -> None:
     harness = ranged()
     first = join(harness, instance_id="pod-0").member_id
+    sync(harness, first, 1, instance_id="pod-0")
     other = join(harness, instance_id="pod-1").member_id
+    sync(harness, other, 2, instance_id="pod-1")
     assert heartbeat(harness, first, 1, instance_id="pod-0") is True
     harness.tick(9_000)
     assert join(harness, first, owned={}, instance_id="pod-0").generation_id == 2
+    sync(harness, first, 2, instance_id="pod-0")
     heartbeat(harness, other, 2, instance_id="pod-1")
     for _ in range(7):  # 72 s after it was told to join again: past its rebalance timeout
         harness.tick(9_000)
@@ -413,3 +418,37 @@ def test_a_member_that_rejoins_in_time_is_not_removed_by_its_join_timeout() -> N
         heartbeat(harness, other, 2, instance_id="pod-1")
     members = [m.member_id for m in harness.shard.describe_group(GROUP).members]
     assert members == [first, other]
+
+
+def test_a_member_that_joins_but_never_syncs_is_removed_after_its_rebalance_timeout() -> None:
+    """Kafka's sync timeout: JoinGroup arms the member's rebalance timeout (60 s here, longer
+    than its 10 s session timeout, which its heartbeats keep alive), SyncGroup cancels it."""
+    harness = ranged()
+    synced = join(harness, instance_id="pod-0").member_id
+    sync(harness, synced, 1, instance_id="pod-0")
+    silent = join(harness, instance_id="pod-1").member_id
+    for _ in range(6):  # 54 s, each heartbeat inside the 10 s session timeout
+        harness.tick(9_000)
+        heartbeat(harness, synced, 1, instance_id="pod-0")
+        heartbeat(harness, silent, 2, instance_id="pod-1")
+    members = [m.member_id for m in harness.shard.describe_group(GROUP).members]
+    assert members == [synced, silent]
+    before = len(harness.log)
+    harness.tick(6_001)  # 60 s after its join: removed, its tombstones written
+    written = harness.log[before:]
+    tombstones = records.new_member_tombstones(GROUP, silent)
+    assert written[1 : 1 + len(tombstones)] == tombstones  # after the group epoch's bump
+    assert [m.member_id for m in harness.shard.describe_group(GROUP).members] == [synced]
+    # Its timers went with it.
+    assert not [key for key in harness.shard.armed_timers() if key.member_id == silent]
+    assert harness.replayed().canonical_state() == harness.shard.canonical_state()
+
+
+def test_a_sync_refused_for_a_rebalance_does_not_cancel_the_sync_timeout() -> None:
+    harness = ranged()
+    first = join(harness, instance_id="pod-0").member_id
+    join(harness, instance_id="pod-1")  # the group moves to epoch 2 before first syncs
+    with pytest.raises(errors.RebalanceInProgress):
+        # first is not revoking yet (its heartbeat would tell it), so it must join again.
+        sync(harness, first, 1, instance_id="pod-0")
+    assert harness.shard.armed_timers().get(timers.sync_key(GROUP, first)) is not None

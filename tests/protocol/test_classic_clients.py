@@ -7,6 +7,7 @@ group committed, and commits to the coordinator. A mixed group: a member of our 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import pathlib
 import subprocess
 import sys
@@ -21,6 +22,11 @@ import pytest_asyncio
 from aiohttp import test_utils
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer
+from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.types import GroupId
+from kio.static.primitive import i32Timedelta
 
 from kafka_group_operator.api import app
 from kafka_group_operator.coordinator import errors, messages
@@ -29,7 +35,9 @@ from kafka_group_operator.member import GroupMember, MemberConfig
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from tests.protocol.test_classic import subscription
 from tests.protocol.test_kip848 import topic_id
+from tests.protocol.wire import Connection
 from tests.support import topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
@@ -535,3 +543,68 @@ async def test_confluent_classic_static_member_joins_consumes_and_restarts_in_pl
             process.kill()
             process.wait(30)
     assert "Closing connection due to nodename change" not in log.read_text(errors="replace")
+
+
+async def test_a_member_that_joins_but_never_syncs_is_removed_after_its_rebalance_timeout(
+    broker: embedded.EmbeddedBroker,
+    open_listener: protocol_listener.Listener,
+    open_gateway: protocol_gateway.Gateway,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """Kafka's sync timeout: a classic member that joins (and so holds every partition) but
+    never sends SyncGroup nor a heartbeat is removed after its rebalance timeout (2 s), long
+    before its session timeout (120 s, beyond what this test waits); a kafka-python member
+    then gets every partition."""
+    topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=1)
+    await topic_id(runtime, topic)
+    group = f"silent-{uuid.uuid4().hex[:6]}"
+    connection = await Connection.open(open_listener.port)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+
+        def join(member_id: str) -> JoinGroupRequest:
+            return JoinGroupRequest(
+                group_id=GroupId(group),
+                session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=120)),
+                rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=2)),
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=(JoinGroupRequestProtocol(name="range", metadata=subscription(topic)),),
+            )
+
+        required = await connection.call(join(""))
+        assert required.error_code == ErrorCode.member_id_required
+        joined = await connection.call(join(required.member_id))
+        assert joined.error_code == ErrorCode.none
+        silent = (await runtime.describe_group(group)).members
+        assert [(m.member_id, set(m.assignment[topic])) for m in silent] == [
+            (joined.member_id, set(range(PARTITIONS)))
+        ]
+
+        processes.append(static_consumer(open_gateway.port, group, topic, ""))
+
+        async def taken_over() -> bool:
+            members = (await runtime.describe_group(group)).members
+            return [m.member_id for m in members] != [joined.member_id] and len(members) == 1
+
+        await wait_for_async(taken_over)
+        after = await stable_with(runtime, group, topic, 1)
+        (survivor,) = after.members
+        assert survivor.member_id != joined.member_id
+        assert set(survivor.assignment[topic]) == set(range(PARTITIONS))
+        # The silent member's id is gone for good: its heartbeat is refused.
+        refused = await connection.call(
+            HeartbeatRequest(
+                group_id=GroupId(group),
+                generation_id=joined.generation_id,
+                member_id=joined.member_id,
+                group_instance_id=None,
+            )
+        )
+        assert refused.error_code == ErrorCode.unknown_member_id
+    finally:
+        await connection.close()
+        for process in processes:
+            process.kill()
+            process.wait(30)

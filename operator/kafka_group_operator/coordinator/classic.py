@@ -10,7 +10,10 @@ heartbeat and leave twins); so does this module, on top of ``membership``:
   server-side assignor computes the target; reconciliation decides the member's current
   assignment; the generation it answers is the member epoch.
 * SyncGroup hands out the member's current assignment (never what it is still revoking,
-  never what another member still owns). It writes nothing.
+  never what another member still owns). It writes nothing. A member that joined has its
+  rebalance timeout to sync (Kafka's sync timeout, armed by JoinGroup and cancelled by a
+  successful SyncGroup); the shard's timer removes it otherwise, as it removes one whose
+  session expired. Like Kafka's, a load does not restore it (the session timeout does).
 * Heartbeat writes nothing either; it answers REBALANCE_IN_PROGRESS while the member must
   join again: the group epoch moved past it, it has partitions to revoke (a cooperative
   client revokes what SyncGroup no longer lists, an eager one everything), or partitions it
@@ -109,6 +112,11 @@ class ClassicMembership:
             classic=schema.ClassicMemberMetadata(request.session_timeout_ms, request.protocols),
         )
         joined = self._membership.heartbeat(heartbeat, now_ms)
+        # Kafka's scheduleConsumerGroupSyncTimeout: the member's rebalance timeout from this
+        # join to its SyncGroup, re-armed by every join.
+        settings = existing.settings if existing is not None else group.DEFAULT_CONFIG
+        sync_timeout = rebalance_timeout if rebalance_timeout > 0 else settings.rebalance_timeout_ms
+        self._deadlines.arm(timers.sync_key(request.group_id, member_id), now_ms + sync_timeout)
         response = messages.ClassicJoinResponse(
             member_id=member_id,
             generation_id=joined.response.member_epoch,
@@ -198,6 +206,7 @@ class ClassicMembership:
                 f"Group {request.group_id} is at epoch {existing.group_epoch}; "
                 f"member {member.member_id} must join again."
             )
+        self._deadlines.cancel(timers.sync_key(existing.group_id, member.member_id))
         self._arm_session(existing, member, metadata, now_ms)
         response = messages.ClassicSyncResponse(
             protocol_type=messages.CLASSIC_PROTOCOL_TYPE,

@@ -170,7 +170,7 @@ class CoordinatorShard:
         return result.Result(None, records)
 
     def on_timer(self, now_ms: int) -> result.Result[None]:
-        """Fence members whose session or rebalance timeout passed; expire idle groups."""
+        """Fence members whose session, rebalance or sync timeout passed; expire idle groups."""
         fenced: dict[str, list[str]] = {}
         records: list[schema.Record] = []
         for key, armed in self._deadlines.due(now_ms):
@@ -190,7 +190,7 @@ class CoordinatorShard:
                 continue
             member = existing.members.get(key.member_id) if existing is not None else None
             expired = member is not None and (
-                key.kind is timers.TimerKind.SESSION
+                key.kind in (timers.TimerKind.SESSION, timers.TimerKind.SYNC)
                 or (
                     member.state is group_state.MemberState.UNREVOKED_PARTITIONS
                     and member.member_epoch == armed.tag
@@ -319,6 +319,7 @@ class CoordinatorShard:
         ):
             self._deadlines.cancel(timers.session_key(group_id, key.member_id))
             self._deadlines.cancel(timers.rebalance_key(group_id, key.member_id))
+            self._deadlines.cancel(timers.sync_key(group_id, key.member_id))
         if existing.state is group_state.GroupState.DEAD:
             del self._groups[group_id]
         elif existing.members and not isinstance(key, _RETENTION_KEYS):

@@ -1,4 +1,4 @@
-"""Soft deadlines of the coordinator: session, rebalance and retention timers.
+"""Soft deadlines of the coordinator: session, rebalance, sync and retention timers.
 
 Kafka keeps heartbeat deadlines as timer state, not as records, and so do we: after a load
 ``CoordinatorShard.on_loaded`` restarts them. The shard never sleeps; the runtime asks
@@ -26,6 +26,8 @@ from enum import Enum
 class TimerKind(Enum):
     SESSION = "session"
     REBALANCE = "rebalance"
+    # A classic member's time from JoinGroup to SyncGroup (Kafka's consumer-group sync key).
+    SYNC = "sync"
     RETENTION = "retention"
 
 
@@ -42,6 +44,10 @@ def session_key(group_id: str, member_id: str) -> TimerKey:
 
 def rebalance_key(group_id: str, member_id: str) -> TimerKey:
     return TimerKey(TimerKind.REBALANCE, group_id, member_id)
+
+
+def sync_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey(TimerKind.SYNC, group_id, member_id)
 
 
 def retention_key(group_id: str) -> TimerKey:
