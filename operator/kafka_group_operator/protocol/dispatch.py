@@ -115,6 +115,8 @@ class Services:
     node: Node
     routes: Mapping[int, Route]
     cluster_id: str = "kafka-group-operator"
+    # How long SaslAuthenticate waits for the tokens to load (see ``sasl``).
+    loading_hold_s: float = 5.0
 
 
 @dataclass

@@ -10,7 +10,8 @@ connection only:
   authentication (when tokens are required): the connection is closed;
 - an unsupported ApiVersions version: answered in v0 with ``UNSUPPORTED_VERSION`` and the
   ApiVersions range (KIP-511), so the client can retry with a version it shares;
-- a failed SASL authentication: answered, then closed;
+- a failed SASL authentication: answered, then closed (also while the groups' tokens are
+  still loading, after a bounded hold, with the retriable ``COORDINATOR_LOAD_IN_PROGRESS``);
 - no complete request, or a response not read, for ``idle_timeout_s``: closed.
 
 An unexpected failure in a handler is logged and closes that connection; the listener and
@@ -52,6 +53,10 @@ class ListenerConfig:
     # A connection that sends no complete request (or reads no response) for this long is
     # closed: Kafka's connections.max.idle.ms (10 minutes), which also bounds slow senders.
     idle_timeout_s: float = 600.0
+    # SaslAuthenticate while the groups' tokens are loading is held this long before it is
+    # answered COORDINATOR_LOAD_IN_PROGRESS: below the clients' request timeouts (30 s in
+    # Java, the gateway's 10 s).
+    loading_hold_s: float = 5.0
     # TLS when both are given (PEM files).
     certificate_file: str | None = None
     key_file: str | None = None
@@ -102,7 +107,13 @@ class Listener:
         if host in _WILDCARDS:
             host = socket.getfqdn()  # a wildcard address is no address a client can use
         node = dispatch.Node(config.node_id, host, config.advertised_port or self.port)
-        self._services = dispatch.Services(self._coordinator, self._token_store, node, self._table)
+        self._services = dispatch.Services(
+            self._coordinator,
+            self._token_store,
+            node,
+            self._table,
+            loading_hold_s=config.loading_hold_s,
+        )
 
     async def stop(self) -> None:
         self._stopping = True

@@ -4,10 +4,19 @@ The tokens are the member API's (``api.tokens``): a connection authenticated as 
 is refused (``GROUP_AUTHORIZATION_FAILED``) on every request about group B. As in Kafka, a
 failed authentication is answered and then the connection is closed, and nothing but
 ApiVersions and these two APIs is served before authentication when tokens are required.
+
+While the operator is still reading the groups' tokens (after a start, ``api.tokens``), a
+group without a token yet cannot be told apart from one that has none. Refusing it would be
+fatal to the client, so SaslAuthenticate is held until the tokens are loaded, for at most
+``Services.loading_hold_s``; still loading then, it is answered
+``COORDINATOR_LOAD_IN_PROGRESS`` (retriable, as Kafka answers while it loads its state) and
+the connection closed: the client connects and authenticates again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -50,7 +59,14 @@ async def sasl_authenticate(ctx: dispatch.RequestContext, request: Any) -> Any:
         username, password = parse_plain(bytes(request.auth_bytes))
         store = ctx.services.token_store
         if store is not None:
-            tokens.authorize(store, username, password)
+            await _authorize_once_loaded(store, username, password, ctx.services.loading_hold_s)
+    except errors.CoordinatorLoadInProgress as error:
+        session.close_after_response = True
+        return ctx.response(
+            error_code=ErrorCode.coordinator_load_in_progress,
+            error_message=error.message,
+            auth_bytes=b"",
+        )
     except (ValueError, UnicodeError, errors.CoordinatorError) as error:
         session.close_after_response = True
         message = error.message if isinstance(error, errors.CoordinatorError) else str(error)
@@ -61,3 +77,22 @@ async def sasl_authenticate(ctx: dispatch.RequestContext, request: Any) -> Any:
         )
     session.principal, session.password = username, password
     return ctx.response(error_code=ErrorCode.none, error_message=None, auth_bytes=b"")
+
+
+# How often a held SaslAuthenticate looks again whether the tokens are loaded.
+_LOADING_POLL_S = 0.05
+
+
+async def _authorize_once_loaded(
+    store: tokens.TokenStore, username: str, password: str, hold_s: float
+) -> None:
+    """``tokens.authorize``, retried while the store is still loading, for ``hold_s``."""
+    deadline = time.monotonic() + hold_s
+    while True:
+        try:
+            tokens.authorize(store, username, password)
+            return
+        except errors.CoordinatorLoadInProgress:
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(_LOADING_POLL_S)
