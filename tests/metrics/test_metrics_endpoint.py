@@ -16,6 +16,7 @@ from kafka_group_operator.api import metrics as metrics_api
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.runtime import metrics as runtime_metrics
 from tests.runtime import logs
 from tests.support import groups, topics
 
@@ -118,12 +119,13 @@ async def _scenario(
 
     before = await _scrape(url)
     heartbeats_before = _one(before, "kgo_heartbeats_total")
+    timed_before = _one(before, "kgo_heartbeat_latency_seconds_count")
     commits_before = _one(before, "kgo_offset_commits_total")
     appended_before = _one(before, "kgo_state_topic_append_latency_seconds_count")
 
-    # Five heartbeats that change nothing, two commits by the partitions' owners, one
-    # heartbeat with a stale epoch.
-    for _ in range(5):
+    # Ten heartbeats each that change nothing (twenty: at least one is timed), two commits
+    # by the partitions' owners, one heartbeat with a stale epoch.
+    for _ in range(10):
         for member_id in members:
             await _heartbeat(runtime, group, member_id, epochs[member_id])
     committed = {0: 3, 1: 10}
@@ -146,8 +148,21 @@ async def _scenario(
     after = await _scrape_until(url, lag_known)
 
     # Counters move by exactly what was done.
-    assert _one(after, "kgo_heartbeats_total") - heartbeats_before == 10
-    assert _one(after, "kgo_heartbeat_latency_seconds_count") == _one(after, "kgo_heartbeats_total")
+    assert _one(after, "kgo_heartbeats_total") - heartbeats_before == 20
+    # One heartbeat in HEARTBEAT_TIMED_ONE_IN is timed: those that arrive when the count of
+    # answered heartbeats is a multiple of it (these twenty arrive one after the other; the
+    # fenced one is not answered, so it is never observed).
+    timed = [
+        n
+        for n in range(int(heartbeats_before), int(heartbeats_before) + 20)
+        if n % runtime_metrics.HEARTBEAT_TIMED_ONE_IN == 0
+    ]
+    assert _one(after, "kgo_heartbeat_latency_seconds_count") - timed_before == len(timed)
+    assert (
+        0
+        < _one(after, "kgo_heartbeat_latency_seconds_count")
+        <= _one(after, "kgo_heartbeats_total")
+    )
     assert _one(after, "kgo_offset_commits_total") - commits_before == 2
     assert _one(after, "kgo_offset_commit_latency_seconds_count") == _one(
         after, "kgo_offset_commits_total"
