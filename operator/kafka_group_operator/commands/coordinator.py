@@ -14,6 +14,12 @@ others are answered ``NOT_COORDINATOR``. With ``--advertised-url`` and ``--peers
 25-49=http://b:8080,...`` (or ``--peers @FILE``, a JSON object ``{"25-49": "http://b:8080"}``)
 that answer names the group's coordinator, and ``GET /v1/groups/{group}/coordinator`` says
 who it is.
+
+With ``--lease-namespace`` the partitions are not fixed but follow Kubernetes Leases, one per
+state partition (``handlers.lease_shards``): the processes named by ``--lease-replicas`` (their
+member-API URLs, this one's ``--advertised-url`` among them) spread the partitions evenly,
+and take over those of a process that stops renewing its Leases. ``--kube-server`` is the API
+server's URL (plain, no credentials: for local runs and tests).
 """
 
 from __future__ import annotations
@@ -99,6 +105,25 @@ def register(subparsers: Any) -> None:
         help="who serves the other state partitions: SET=URL,... (0-24=http://a:8080, "
         "a SET of several items joined by +), or @FILE with a JSON object {SET: URL}",
     )
+    parser.add_argument(
+        "--lease-namespace",
+        help="take state partitions by Kubernetes Leases in this namespace (not with --partitions)",
+    )
+    parser.add_argument(
+        "--lease-replicas",
+        help="with --lease-namespace: every replica's member-API URL, comma-separated "
+        "(this one's --advertised-url among them)",
+    )
+    parser.add_argument(
+        "--lease-prefix", default="kgo-partition", help="Lease names are PREFIX-<partition>"
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=int,
+        default=15,
+        help="Lease duration in seconds (renew deadline 2/3 of it, retries every 1/6)",
+    )
+    parser.add_argument("--kube-server", help="the Kubernetes API server of the Leases (URL)")
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--min-insync-replicas", type=int, default=1)
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
@@ -142,6 +167,38 @@ def read_directory(args: argparse.Namespace) -> discovery.Directory:
         raise ValueError(f"--partitions/--peers: {error}") from None
 
 
+def read_lease_settings(args: argparse.Namespace) -> Any:
+    """The Lease settings (``handlers.lease_shards.LeaseSettings``) when ``--lease-namespace`` is
+    given, else None; ValueError naming the option that is wrong."""
+    if args.lease_namespace is None:
+        return None
+    from kafka_group_operator.handlers import lease_shards
+
+    for option, value in (
+        ("--advertised-url", args.advertised_url),
+        ("--lease-replicas", args.lease_replicas),
+        ("--kube-server", args.kube_server),
+    ):
+        if not value:
+            raise ValueError(f"--lease-namespace needs {option}")
+    if args.partitions is not None or args.peers is not None:
+        raise ValueError("--lease-namespace decides the partitions: no --partitions or --peers")
+    me = discovery.check_url(args.advertised_url)
+    try:
+        replicas = [discovery.check_url(url.strip()) for url in args.lease_replicas.split(",")]
+    except ValueError as error:
+        raise ValueError(f"--lease-replicas: {error}") from None
+    settings = lease_shards.LeaseSettings(
+        namespace=args.lease_namespace,
+        identity=me,
+        replicas=tuple(replicas),
+        prefix=args.lease_prefix,
+        lease_duration_seconds=args.lease_duration,
+    )
+    settings.elector_config(args.state_partitions)  # the timing checks
+    return settings
+
+
 def _read_peers_file(path: Path) -> dict[int, str]:
     try:
         loaded = json.loads(path.read_text())
@@ -180,6 +237,7 @@ async def serve(
     token_store: tokens.GroupTokens | None,
     group_settings: list[messages.GroupSettings],
     directory: discovery.Directory,
+    lease_settings: Any = None,
 ) -> None:
     # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
     from kafka_group_operator.runtime import coordinator_runtime
@@ -191,7 +249,7 @@ async def serve(
             bootstrap_servers=args.bootstrap,
             topic=args.topic,
             partitions=args.state_partitions,
-            served_partitions=directory.served,
+            served_partitions=frozenset() if lease_settings is not None else directory.served,
             replication_factor=args.replication_factor,
             min_insync_replicas=args.min_insync_replicas,
             checkpoint_uri=args.checkpoint,
@@ -205,6 +263,16 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, this_task.cancel)
+    shards = None
+    kube = None
+    configuring: asyncio.Task[None] | None = None
+    if lease_settings is not None:
+        from kafka_group_operator.handlers import lease_shards
+        from kafka_group_operator.kube import client as kube_client
+
+        kube = kube_client.KubeClient(kube_client.Credentials(server=args.kube_server))
+        shards = lease_shards.LeasedShards(kube, runtime, lease_settings)
+        directory = shards.directory()
     runner = web.AppRunner(api_app.build_app(runtime, token_store, directory), access_log=None)
     await runner.setup()
     kafka_listener = None
@@ -225,6 +293,8 @@ async def serve(
         )
     try:
         await runtime.start()
+        if shards is not None:
+            shards.start()
         for port, start in (
             (args.port, web.TCPSite(runner, args.host, args.port).start),
             (args.kafka_port, kafka_listener.start if kafka_listener else None),
@@ -242,7 +312,11 @@ async def serve(
             args.host,
             args.port,
             args.topic,
-            "all" if directory.served is None else discovery.format_partition_set(directory.served),
+            "by lease"
+            if shards is not None
+            else "all"
+            if directory.served is None
+            else discovery.format_partition_set(directory.served),
         )
         if kafka_listener is not None:
             logger.info("Kafka protocol on %s:%d", args.host, kafka_listener.port)
@@ -261,14 +335,27 @@ async def serve(
                 "metrics on http://%s:%d/metrics", args.host, metrics_runner.addresses[0][1]
             )
         await runtime.wait_until_loaded()
-        # The groups of partitions served elsewhere are configured by their coordinator.
-        ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
-        for settings in ours:
-            await runtime.configure_group(settings)
-        logger.info("state loaded, %d group(s) configured", len(ours))
+        if shards is None:
+            # The groups of partitions served elsewhere are configured by their coordinator.
+            ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
+            for settings in ours:
+                await runtime.configure_group(settings)
+            logger.info("state loaded, %d group(s) configured", len(ours))
+        elif group_settings:
+            # The settings are state: written once by whichever process holds the group's
+            # partition first, they move with the partition.
+            configuring = asyncio.create_task(_configure_when_held(runtime, group_settings))
         print(f"ready on http://{args.host}:{args.port}", flush=True)
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
+        if configuring is not None:
+            configuring.cancel()
+        if shards is not None:
+            # First: give the partitions up and release their Leases for the others.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(shards.stop(), STOP_TIMEOUT_S)
+        if kube is not None:
+            await kube.close()
         await runner.cleanup()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
@@ -279,12 +366,31 @@ async def serve(
             await asyncio.wait_for(runtime.stop(), STOP_TIMEOUT_S)
 
 
+async def _configure_when_held(runtime: Any, group_settings: list[messages.GroupSettings]) -> None:
+    """Configure each group once this process serves its partition (lease mode)."""
+    from kafka_group_operator.coordinator import errors
+
+    left = list(group_settings)
+    while left:
+        for settings in list(left):
+            if not runtime.serving(runtime.partition_of(settings.group_id)):
+                continue
+            try:
+                await runtime.configure_group(settings)
+            except errors.CoordinatorError:
+                continue  # loading, or lost meanwhile: later, or by its new holder
+            left.remove(settings)
+            logger.info("group %s configured", settings.group_id)
+        await asyncio.sleep(0.5)
+
+
 def run(args: argparse.Namespace) -> int:
     # The files are read before anything starts: a wrong path is one line, not a traceback.
     try:
         token_store = tokens.GroupTokens.from_file(args.tokens) if args.tokens else None
         group_settings = read_group_settings(args.groups) if args.groups is not None else []
         directory = read_directory(args)
+        lease_settings = read_lease_settings(args)
     except (ValueError, TypeError) as error:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:
@@ -314,7 +420,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(serve(args, token_store, group_settings, directory))
+            asyncio.run(serve(args, token_store, group_settings, directory, lease_settings))
     except runtime_errors.StateTopicError as error:
         raise common.CommandError(f"{type(error).__name__}: {error}") from None
     return 0

@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class LeaseConfig:
-    """Partition Leases across the StatefulSet's replicas (``api.lease_shards``).
+    """Partition Leases across the StatefulSet's replicas (``handlers.lease_shards``).
 
     On when ``KGO_REPLICAS`` is above 1 or ``KGO_LEASES`` is true. The replicas are the
     StatefulSet's pods ``<statefulset>-0`` .. ``-<replicas-1>``; this one is ``KGO_POD_NAME``

@@ -25,7 +25,7 @@ from kafka_group_operator.api import metrics as metrics_api
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import lag_health
 from kafka_group_operator.handlers import config as operator_config
-from kafka_group_operator.handlers import coordinator_port, ownership
+from kafka_group_operator.handlers import coordinator_port, lease_shards, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
@@ -41,6 +41,7 @@ SLOT_KEY = "kafka_group_operator_slot"
 CONFIG_KEY = "kafka_group_operator_config"
 KUBE_KEY = "kafka_group_operator_kube"
 STARTER_KEY = "kafka_group_operator_starter"
+SHARDS_KEY = "kafka_group_operator_shards"
 
 
 @dataclass(slots=True)
@@ -161,12 +162,16 @@ async def _start_coordinator(
                 min_insync_replicas=config.min_insync_replicas,
                 kafka_config=dict(config.kafka_config),
                 checkpoint_uri=config.checkpoint_uri,
+                # With Leases the partitions served come and go with them.
+                served_partitions=frozenset() if config.leases is not None else None,
             )
         )
+        shards = _shards(config, kube_of(memo), runtime)
         # Not loaded until every existing group's token is read: meanwhile a group without
         # a token is answered COORDINATOR_LOAD_IN_PROGRESS (retriable), never refused.
         group_tokens = tokens.GroupTokens(loaded=False)
-        runner = web.AppRunner(api_app.build_app(runtime, group_tokens), access_log=None)
+        directory = shards.directory() if shards is not None else None
+        runner = web.AppRunner(api_app.build_app(runtime, group_tokens, directory), access_log=None)
         await runner.setup()
         kafka_listener = protocol_listener.Listener(
             runtime,
@@ -182,12 +187,17 @@ async def _start_coordinator(
         metrics_runner: web.AppRunner | None = None
         try:
             await runtime.start()
+            if shards is not None:
+                shards.start()
+                memo[SHARDS_KEY] = shards
             await web.TCPSite(runner, config.api_host, config.api_port).start()
             await kafka_listener.start()
             metrics_runner = await metrics_api.start_server(
                 runtime, config.api_host, config.metrics_port, config.cluster_name
             )
         except Exception as error:  # Kafka down, topic misconfigured, port taken: retry
+            if shards is not None:
+                await shards.stop()
             await runner.cleanup()
             await kafka_listener.stop()
             with contextlib.suppress(Exception):
@@ -235,11 +245,35 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
         if state.metrics_runner is not None:
             await state.metrics_runner.cleanup()
         await state.kafka_listener.stop()
+        shards = memo.get(SHARDS_KEY)
+        if isinstance(shards, lease_shards.LeasedShards):
+            # Give the partitions up and release their Leases: the others take them at once.
+            await shards.stop()
         await state.runtime.stop()
         memo[STATE_KEY] = None
         memo[SLOT_KEY] = None
         logger.info("coordinator stopped")
     await kube_of(memo).close()
+
+
+def _shards(
+    config: operator_config.OperatorConfig,
+    kube: kube_client.KubeClient,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> lease_shards.LeasedShards | None:
+    """The partition Leases' elector for ``runtime`` when several replicas share the topic."""
+    leases = config.leases
+    if leases is None:
+        return None
+    settings = lease_shards.LeaseSettings(
+        namespace=leases.namespace,
+        identity=leases.pod_name,
+        replicas=leases.identities,
+        prefix=leases.lease_prefix,
+        url_template=leases.peer_url,
+        lease_duration_seconds=leases.lease_duration_seconds,
+    )
+    return lease_shards.LeasedShards(kube, runtime, settings)
 
 
 @kopf.on.login()

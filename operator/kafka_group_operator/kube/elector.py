@@ -28,7 +28,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from kafka_group_operator.coordinator import lease_plan
@@ -84,6 +84,8 @@ class _Hold:
 class _Seen:
     resource_version: str
     at: float
+    holder: str | None = None
+    duration_seconds: int = 0
 
 
 @dataclass
@@ -114,6 +116,19 @@ class LeaseElector:
         """Whether this replica may still act as ``partition``'s coordinator (check before acks)."""
         hold = self._held.get(partition)
         return hold is not None and self.clock() < hold.valid_until
+
+    def holder(self, partition: int) -> str | None:
+        """Who coordinates ``partition`` as far as this replica knows: itself while it holds
+        the Lease, else the holder last read, unless that Lease has expired by this replica's
+        clock (then nobody: it is up for taking)."""
+        if self.holds(partition):
+            return self.config.identity
+        seen = self._seen.get(partition)
+        if seen is None or seen.holder is None or seen.holder == self.config.identity:
+            return None
+        if self.clock() >= seen.at + seen.duration_seconds:
+            return None
+        return seen.holder
 
     @property
     def healthy(self) -> bool:
@@ -200,7 +215,7 @@ class LeaseElector:
         version = "" if lease is None else lease.resource_version
         seen = self._seen.get(partition)
         if seen is None or seen.resource_version != version:
-            self._seen[partition] = _Seen(version, at)
+            self._seen[partition] = _seen_now(lease, at)
 
     def _view(self, partition: int, lease: leases.Lease | None) -> lease_plan.LeaseView:
         if lease is None or lease.holder is None:
@@ -228,7 +243,7 @@ class LeaseElector:
         if self._held.get(partition) is hold:  # not dropped meanwhile (deadline, lost)
             hold.lease = renewed
             hold.valid_until = sent_at + self.config.renew_deadline_seconds
-            self._seen[partition] = _Seen(renewed.resource_version, sent_at)
+            self._seen[partition] = _seen_now(renewed, sent_at)
 
     async def _take(self, partition: int, lease: leases.Lease | None) -> None:
         sent_at = self.clock()
@@ -255,7 +270,7 @@ class LeaseElector:
             log.warning("cannot take the lease of partition %d: %s", partition, error)
             return
         self._held[partition] = _Hold(taken, sent_at + self.config.renew_deadline_seconds)
-        self._seen[partition] = _Seen(taken.resource_version, sent_at)
+        self._seen[partition] = _seen_now(taken, sent_at)
         log.info("holding partition %d", partition)
         self.on_acquired(partition)
 
@@ -281,3 +296,94 @@ class LeaseElector:
             upcoming = [hold.valid_until for hold in self._held.values()]
             delay = min(upcoming) - now if upcoming else self.config.retry_period_seconds
             await asyncio.sleep(min(max(delay, 0.0), self.config.retry_period_seconds))
+
+
+def _seen_now(lease: leases.Lease | None, at: float) -> _Seen:
+    if lease is None:
+        return _Seen("", at)
+    return _Seen(lease.resource_version, at, lease.holder, lease.duration_seconds)
+
+
+@dataclass
+class ReplicaLeases:
+    """Which replicas are alive, from one Lease per replica that each keeps renewing.
+
+    The elector needs to know the replicas that hold no partition yet (``members``). Each
+    replica of a known list (the StatefulSet's pod names, or the standalone processes' URLs)
+    keeps its own Lease, ``<prefix>-replica-<index>``, written every round; another replica
+    counts it alive until ``duration_seconds`` after it *saw* that Lease change, on its own
+    clock, as partition Leases are judged. So a killed replica drops out of everyone's view
+    about when its partition Leases expire, and the survivors' shares grow to take them.
+    """
+
+    api: kube_client.KubeClient
+    namespace: str
+    prefix: str
+    identity: str
+    replicas: Sequence[str]
+    duration_seconds: int
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[int, _Seen] = field(default_factory=dict, init=False)
+    _own: leases.Lease | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.identity not in self.replicas:
+            raise ValueError(f"{self.identity!r} is not among the replicas {list(self.replicas)}")
+
+    def lease_name(self, index: int) -> str:
+        return f"{self.prefix}-replica-{index}"
+
+    async def alive(self) -> Collection[str]:
+        """Renew this replica's Lease, read the others'; the replicas alive by this view."""
+        me = self.replicas.index(self.identity)
+        reads = await asyncio.gather(
+            *(
+                leases.read(self.api, self.namespace, self.lease_name(i))
+                for i in range(len(self.replicas))
+            ),
+            return_exceptions=True,
+        )
+        now = self.clock()
+        alive = {self.identity}
+        for index, result in enumerate(reads):
+            if isinstance(result, errors.KubeError):
+                log.warning("cannot read lease %s: %s", self.lease_name(index), result)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            if index == me:
+                await self._keep(result)
+                continue
+            seen = self._seen.get(index)
+            version = "" if result is None else result.resource_version
+            if seen is None or seen.resource_version != version:
+                # First sight counts as a change, as for partition Leases: a replica whose
+                # Lease is left from before counts as alive for one more duration.
+                self._seen[index] = seen = _Seen(
+                    version,
+                    now,
+                    None if result is None else result.holder,
+                    0 if result is None else result.duration_seconds,
+                )
+            if seen.holder == self.replicas[index] and now < seen.at + seen.duration_seconds:
+                alive.add(self.replicas[index])
+        return alive
+
+    async def _keep(self, lease: leases.Lease | None) -> None:
+        try:
+            if lease is None:
+                self._own = await leases.create(
+                    self.api,
+                    self.namespace,
+                    self.lease_name(self.replicas.index(self.identity)),
+                    self.identity,
+                    self.duration_seconds,
+                )
+            elif lease.holder != self.identity:
+                self._own = await leases.take(
+                    self.api, self.namespace, lease, self.identity, self.duration_seconds
+                )
+            else:
+                self._own = await leases.renew(self.api, self.namespace, lease)
+        except errors.KubeError as error:
+            log.warning("cannot renew this replica's lease: %s", error)

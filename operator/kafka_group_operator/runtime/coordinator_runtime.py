@@ -40,6 +40,19 @@ A runtime may serve only a set of the topic's partitions (``RuntimeConfig.served
 so that several coordinators split one state topic: it loads and writes only those, with the
 same per-partition fencing, and answers ``NOT_COORDINATOR`` for the groups of any other.
 
+The set may also change while the runtime runs, as partition Leases come and go (the
+elector calls ``acquire`` and ``release``). Taking a partition is Kafka's takeover: a fresh
+writer's first append (the load marker) runs ``init_transactions`` on the partition's
+``transactional.id``, fencing whoever wrote it before; the partition answers
+``COORDINATOR_LOAD_IN_PROGRESS`` until its load ends, then serves. Each tenure of a partition
+has a writer of its own, because a writer's fencing is sticky: a partition lost and taken back
+needs a producer that was never fenced. Giving a partition up stops it at once: what is queued
+fails, what is in flight is answered ``NOT_COORDINATOR`` when it returns (even if the brokers
+committed it: a retry at the new coordinator finds it there), and so is every later request.
+``lease_check`` (the elector's ``holds``) is asked before anything of a partition is
+acknowledged: a coordinator whose Lease may have expired acknowledges nothing, whatever the
+latency of the callbacks that would have told it.
+
 ``mirror`` copies each configured group's committed offsets into the brokers' own group of
 the same id, from memory and in the background (see ``mirror``): the write path does not
 know about it.
@@ -82,6 +95,8 @@ T = TypeVar("T")
 
 _MIN_TIMER_GAP_MS = 10
 _RELOAD_GATHER_S = 0.1
+# Partitions taken within this long of each other are loaded by one writer and one reader.
+_ACQUIRE_GATHER_S = 0.05
 # Log ends are refreshed at most this often when describes ask for unknown ones.
 _LOG_END_MIN_GAP_S = 0.2
 # A topic-partition no describe asked about for this long is no longer refreshed.
@@ -155,9 +170,21 @@ class _Write:
 
 
 @dataclass(eq=False)
+class _Tenure:
+    """A writer and its loader, serving the partitions taken together (a takeover, a start)."""
+
+    writer: writer.StateWriter
+    loader: loader.PartitionLoader
+    partitions: set[int] = field(default_factory=set)
+
+
+@dataclass(eq=False)
 class _Partition:
     index: int
     state: PartitionState = PartitionState.LOADING
+    # The tenure serving the partition now (None while not served): a write, load or fence
+    # check that started under another tenure changes nothing when it returns.
+    tenure: _Tenure | None = None
     shard: shard.CoordinatorShard | None = None
     pending: collections.deque[_Write] = field(default_factory=collections.deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
@@ -200,15 +227,15 @@ class CoordinatorRuntime:
             timeout_ms=config.write_timeout_ms,
             kafka_config=config.kafka_config,
         )
-        self._loader = loader.PartitionLoader(
-            bootstrap_servers=config.bootstrap_servers,
-            topic=config.topic,
-            state_writer=self._writer,
-            kafka_config=config.kafka_config,
-            clock_ms=config.clock_ms,
-            partition_count=config.partitions,
-            checkpoint_uri=config.checkpoint_uri,
-        )
+        self._loader = self._new_loader(self._writer)
+        # The tenure of the partitions served from the start.
+        self._first = _Tenure(self._writer, self._loader)
+        # Writers of tenures begun since; each is stopped when its last partition goes.
+        self._tenures: set[_Tenure] = set()
+        self._to_acquire: set[int] = set()
+        # Whether this process may still acknowledge anything of a partition (the elector's
+        # ``holds``, set by whoever runs one); None: always (fixed partition sets).
+        self.lease_check: Callable[[int], bool] | None = None
         self._partitions: list[_Partition] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._topics: dict[str, messages.TopicInfo] = {}
@@ -228,6 +255,25 @@ class CoordinatorRuntime:
         self.metrics = runtime_metrics.RuntimeMetrics()
         # Groups' offsets mirrored into the brokers' own groups (the operator configures it).
         self.mirror = mirror.OffsetMirror(self.committed_offsets)
+
+    def _new_writer(self) -> writer.StateWriter:
+        return writer.StateWriter(
+            self.config.bootstrap_servers,
+            self.config.topic,
+            timeout_ms=self.config.write_timeout_ms,
+            kafka_config=self.config.kafka_config,
+        )
+
+    def _new_loader(self, state_writer: writer.StateWriter) -> loader.PartitionLoader:
+        return loader.PartitionLoader(
+            bootstrap_servers=self.config.bootstrap_servers,
+            topic=self.config.topic,
+            state_writer=state_writer,
+            kafka_config=self.config.kafka_config,
+            clock_ms=self.config.clock_ms,
+            partition_count=self.config.partitions,
+            checkpoint_uri=self.config.checkpoint_uri,
+        )
 
     # -----------------------------------------------------------------------------------
     # Lifecycle
@@ -253,15 +299,9 @@ class CoordinatorRuntime:
         for partition in self._partitions:
             if partition.state is PartitionState.NOT_SERVED:
                 continue
-            partition.tasks = [
-                asyncio.create_task(self._serve(partition), name=f"state-{partition.index}"),
-                asyncio.create_task(self._tick(partition), name=f"timer-{partition.index}"),
-                asyncio.create_task(
-                    self._check_fence(partition), name=f"fence-check-{partition.index}"
-                ),
-            ]
-            for task in partition.tasks:
-                task.add_done_callback(_report_death)
+            partition.tenure = self._first
+            self._first.partitions.add(partition.index)
+            self._start_tasks(partition)
         if self._served:
             self._spawn(self._load(list(self._served)))
         else:
@@ -270,6 +310,19 @@ class CoordinatorRuntime:
         self._spawn(self._refresh_log_ends())
         if self.config.wait_until_loaded:
             await self.wait_until_loaded()
+
+    def _start_tasks(self, partition: _Partition) -> None:
+        if partition.tasks:
+            return
+        partition.tasks = [
+            asyncio.create_task(self._serve(partition), name=f"state-{partition.index}"),
+            asyncio.create_task(self._tick(partition), name=f"timer-{partition.index}"),
+            asyncio.create_task(
+                self._check_fence(partition), name=f"fence-check-{partition.index}"
+            ),
+        ]
+        for task in partition.tasks:
+            task.add_done_callback(_report_death)
 
     async def wait_until_loaded(self) -> None:
         assert self._all_loaded is not None, "start() first"
@@ -285,7 +338,9 @@ class CoordinatorRuntime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.to_thread(self._writer.stop)
+        writers = [self._writer, *(tenure.writer for tenure in self._tenures)]
+        self._tenures.clear()
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in writers))
         self._tasks.clear()
         # confluent-kafka clients have no close(): dropping the last reference destroys the
         # client, which otherwise keeps reconnecting to a broker that may be gone.
@@ -293,8 +348,96 @@ class CoordinatorRuntime:
 
     @property
     def served_partitions(self) -> list[int]:
-        """The state partitions this runtime serves (when not fenced), in order."""
-        return list(self._served)
+        """The state partitions this runtime serves (when not fenced), in order: its fixed
+        set, or those it holds now (loading or serving) when its set changes at run time."""
+        if not self._partitions:
+            return list(self._served)
+        return [
+            p.index
+            for p in self._partitions
+            if p.state not in (PartitionState.NOT_SERVED, PartitionState.STOPPED)
+        ]
+
+    def serving(self, index: int) -> bool:
+        """Whether state partition ``index`` is taken here (loading or serving)."""
+        if not self._partitions:
+            return index in self._served
+        return self._partitions[index].state in (PartitionState.LOADING, PartitionState.ACTIVE)
+
+    # -----------------------------------------------------------------------------------
+    # Partitions taken and given up at run time (Leases)
+
+    def acquire(self, index: int) -> None:
+        """Start serving state partition ``index``: fence its previous writer, load, serve.
+
+        Returns at once (the elector waits for its callbacks); the partition answers
+        ``COORDINATOR_LOAD_IN_PROGRESS`` until loaded. Partitions taken together are loaded
+        together, by one new writer and one reader. Taking one already served does nothing.
+        """
+        if self._stopped or not self._partitions:
+            raise RuntimeError("the runtime is not running")
+        partition = self._partitions[index]
+        if partition.state in (PartitionState.LOADING, PartitionState.ACTIVE):
+            return
+        self._detach(partition)
+        partition.state = PartitionState.LOADING
+        partition.shard = None
+        self._start_tasks(partition)
+        if not self._to_acquire:
+            self._spawn(self._acquire_soon())
+        self._to_acquire.add(index)
+        logger.info("taking state partition %d", index)
+
+    def release(self, index: int, reason: str = "its lease was lost") -> None:
+        """Stop serving state partition ``index`` at once: everything queued or in flight
+        is answered ``NOT_COORDINATOR``, and so is every later request for its groups."""
+        if not self._partitions:
+            return
+        partition = self._partitions[index]
+        if partition.state in (PartitionState.NOT_SERVED, PartitionState.STOPPED):
+            return
+        self._detach(partition)
+        partition.state = PartitionState.NOT_SERVED
+        partition.shard = None
+        self._to_acquire.discard(index)
+        self._to_reload.discard(index)
+        self._fail_pending(partition, _released(index))
+        logger.warning("stopped serving state partition %d: %s", index, reason)
+        self._all_loaded_check()
+
+    def _detach(self, partition: _Partition) -> None:
+        """End the partition's tenure; the last partition of a tenure stops its writer."""
+        tenure, partition.tenure = partition.tenure, None
+        if tenure is None:
+            return
+        tenure.partitions.discard(partition.index)
+        if not tenure.partitions and tenure in self._tenures:
+            self._tenures.discard(tenure)
+            # In a thread: closing producers may wait for the brokers.
+            self._spawn(asyncio.to_thread(tenure.writer.stop, 2.0))
+
+    async def _acquire_soon(self) -> None:
+        await asyncio.sleep(_ACQUIRE_GATHER_S)
+        indexes, self._to_acquire = sorted(self._to_acquire), set()
+        indexes = [
+            i
+            for i in indexes
+            if self._partitions[i].state is PartitionState.LOADING
+            and self._partitions[i].tenure is None
+        ]
+        if not indexes or self._stopped:
+            return
+        state_writer = self._new_writer()
+        state_writer.start()
+        tenure = _Tenure(state_writer, self._new_loader(state_writer), set(indexes))
+        self._tenures.add(tenure)
+        for index in indexes:
+            self._partitions[index].tenure = tenure
+        await self._load(indexes)
+
+    def _lease_held(self, index: int) -> bool:
+        check = self.lease_check
+        return check is None or check(index)
 
     def partition_state(self, group_id: str) -> PartitionState:
         return self._partitions[self.partition_of(group_id)].state
@@ -550,25 +693,32 @@ class CoordinatorRuntime:
 
     async def _append_marker(self, index: int) -> int:
         partition = self._partitions[index]
+        tenure = partition.tenure
+        assert tenure is not None, "an active partition has a tenure"
         marker = codec.encode_record(
             records.Record(
                 records.LoadMarkerKey(),
                 records.LoadMarkerValue(
-                    self._writer.marker_nonce("read-fence"), self.config.clock_ms()
+                    tenure.writer.marker_nonce("read-fence"), self.config.clock_ms()
                 ),
             )
         )
         started = time.monotonic()
         try:
-            offset = await self._writer.append(index, [marker])
+            offset = await tenure.writer.append(index, [marker])
         except runtime_errors.WriterFenced as error:
-            self._fence(partition, error, [])
+            if partition.tenure is tenure:
+                self._fence(partition, error, [])
             raise _not_coordinator(index) from error
         except runtime_errors.WriteFailed as error:
             # A marker changes no state: nothing to reload; the caller may ask again.
             raise errors.CoordinatorNotAvailable(
                 f"state partition {index}: read fence not written: {error}"
             ) from error
+        if partition.tenure is not tenure or not self._lease_held(index):
+            # Below the marker lies only what this tenure acknowledged; but the caller must
+            # ask the partition's coordinator now.
+            raise _released(index)
         partition.confirmed_at = max(partition.confirmed_at, started)
         return offset
 
@@ -611,6 +761,8 @@ class CoordinatorRuntime:
         """The partition of ``group_id``, or the retriable error explaining why not now."""
         partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
         if partition is not None and partition.state is PartitionState.ACTIVE:
+            if not self._lease_held(partition.index):
+                raise _released(partition.index)
             partition.served.set()
             return partition.index
         if partition is None or partition.state is PartitionState.STOPPED:
@@ -685,7 +837,9 @@ class CoordinatorRuntime:
     async def _run(self, partition: _Partition, batch: list[_Write]) -> None:
         """Validate, append and replay one batch; every write of it is answered here."""
         state = partition.shard
+        tenure = partition.tenure
         assert state is not None
+        assert tenure is not None
         now = self.config.clock_ms()
         accepted: list[tuple[_Write, result.Result[Any]]] = []
         encoded: list[writer.EncodedRecord] = []
@@ -709,35 +863,51 @@ class CoordinatorRuntime:
         if encoded:
             started = time.monotonic()
             try:
-                await self._writer.append(partition.index, encoded)
+                await tenure.writer.append(partition.index, encoded)
             except runtime_errors.WriterFenced as error:
-                self._fence(partition, error, [write for write, _ in accepted])
+                if partition.tenure is tenure:
+                    self._fence(partition, error, [write for write, _ in accepted])
+                else:
+                    _fail(accepted, _released(partition.index))
                 return
             except runtime_errors.WriteFailed as error:
-                failure = errors.CoordinatorNotAvailable(str(error))
-                for write, _ in accepted:
-                    if not write.future.done():
-                        write.future.set_exception(failure)
+                if partition.tenure is not tenure:
+                    _fail(accepted, _released(partition.index))
+                    return
+                _fail(accepted, errors.CoordinatorNotAvailable(str(error)))
                 # The brokers may or may not hold these records: re-read the log.
                 if partition.state is PartitionState.ACTIVE:
                     self._reload(partition, f"write not acknowledged: {error}")
                 return
-            partition.confirmed_at = max(partition.confirmed_at, started)
+            if partition.tenure is tenure:
+                partition.confirmed_at = max(partition.confirmed_at, started)
             self.metrics.appended(len(encoded), time.monotonic() - started)
-            try:
-                for _, outcome in accepted:
-                    for record in outcome.records:
-                        state.replay(record)
-            except Exception as error:
-                logger.exception("replay failed on partition %d", partition.index)
-                for write, _ in accepted:
-                    if not write.future.done():
-                        write.future.set_exception(
-                            errors.CoordinatorNotAvailable(f"replay failed: {error}")
-                        )
-                if partition.state is PartitionState.ACTIVE:
-                    self._reload(partition, f"replay failed: {error}")
-                return
+        if partition.tenure is not tenure or partition.shard is not state:
+            # Given up (or reloaded) while the write was in flight: the records may be in
+            # the log, but this process answers nothing more for the partition. A retry at
+            # the new coordinator finds them (commits are idempotent).
+            _fail(accepted, _released(partition.index))
+            return
+        if not self._lease_held(partition.index):
+            # The Lease may already be another replica's: acknowledge nothing. What was
+            # just written is not replayed here, so memory and log are apart: stop serving.
+            _fail(accepted, _released(partition.index))
+            self.release(partition.index, "its lease expired while a write was in flight")
+            return
+        try:
+            for _, outcome in accepted:
+                for record in outcome.records:
+                    state.replay(record)
+        except Exception as error:
+            logger.exception("replay failed on partition %d", partition.index)
+            for write, _ in accepted:
+                if not write.future.done():
+                    write.future.set_exception(
+                        errors.CoordinatorNotAvailable(f"replay failed: {error}")
+                    )
+            if partition.state is PartitionState.ACTIVE:
+                self._reload(partition, f"replay failed: {error}")
+            return
         for write, outcome in accepted:
             if not write.future.done():
                 write.future.set_result(outcome.response)
@@ -798,9 +968,27 @@ class CoordinatorRuntime:
                 fresh.replay(record)
             return fresh
 
+        by_tenure: dict[_Tenure, list[int]] = {}
+        for index in indexes:
+            partition = self._partitions[index]
+            if partition.state is PartitionState.LOADING and partition.tenure is not None:
+                by_tenure.setdefault(partition.tenure, []).append(index)
+        await asyncio.gather(
+            *(self._load_tenure(tenure, group, build) for tenure, group in by_tenure.items())
+        )
+
+    async def _load_tenure(
+        self,
+        tenure: _Tenure,
+        indexes: list[int],
+        build: Callable[[int, list[records.Record]], shard.CoordinatorShard],
+    ) -> None:
+        def loaded(index: int, outcome: shard.CoordinatorShard | BaseException) -> None:
+            self._loaded(index, outcome, tenure)
+
         started = time.monotonic()
         try:
-            await self._loader.load(indexes, build, self._loaded)
+            await tenure.loader.load(indexes, build, loaded)
             self.metrics.load_seconds.observe(time.monotonic() - started)
         except Exception as error:
             # E.g. no consumer could be created: these partitions will not load by themselves.
@@ -808,12 +996,14 @@ class CoordinatorRuntime:
             for index in indexes:
                 partition = self._partitions[index]
                 if partition.state is PartitionState.LOADING:
-                    self._loaded(index, error)
+                    self._loaded(index, error, tenure)
 
-    def _loaded(self, index: int, outcome: shard.CoordinatorShard | BaseException) -> None:
+    def _loaded(
+        self, index: int, outcome: shard.CoordinatorShard | BaseException, tenure: _Tenure
+    ) -> None:
         partition = self._partitions[index]
-        if partition.state in (PartitionState.STOPPED, PartitionState.FENCED):
-            return
+        if partition.tenure is not tenure or partition.state is not PartitionState.LOADING:
+            return  # given up, stopped or fenced meanwhile: another tenure's business
         if isinstance(outcome, runtime_errors.WriterFenced):
             self._fence(partition, outcome, [])
             return
@@ -888,21 +1078,23 @@ class CoordinatorRuntime:
                 await asyncio.sleep(wait_s)
                 continue  # a write may have confirmed the partition meanwhile
             partition.served.clear()
-            if partition.state is not PartitionState.ACTIVE:
+            tenure = partition.tenure
+            if partition.state is not PartitionState.ACTIVE or tenure is None:
                 continue
             marker = codec.encode_record(
                 records.Record(
                     records.LoadMarkerKey(),
                     records.LoadMarkerValue(
-                        self._writer.marker_nonce("fence-check"), self.config.clock_ms()
+                        tenure.writer.marker_nonce("fence-check"), self.config.clock_ms()
                     ),
                 )
             )
             started = time.monotonic()
             try:
-                await self._writer.append(partition.index, [marker])
+                await tenure.writer.append(partition.index, [marker])
             except runtime_errors.WriterFenced as error:
-                self._fence(partition, error, [])
+                if partition.tenure is tenure:
+                    self._fence(partition, error, [])
             except runtime_errors.WriteFailed as error:
                 # A marker changes no state: nothing to reload; check again later.
                 logger.info("state partition %d: fence check failed: %s", partition.index, error)
@@ -1027,6 +1219,18 @@ def _not_coordinator(index: int) -> errors.NotCoordinator:
     return errors.NotCoordinator(
         f"state partition {index} is served by another coordinator (this one's writer was fenced)"
     )
+
+
+def _released(index: int) -> errors.NotCoordinator:
+    return errors.NotCoordinator(
+        f"state partition {index} is no longer served here (its lease moved to another coordinator)"
+    )
+
+
+def _fail(writes: list[tuple[_Write, result.Result[Any]]], error: errors.CoordinatorError) -> None:
+    for write, _ in writes:
+        if not write.future.done():
+            write.future.set_exception(error)
 
 
 def _not_served(index: int) -> errors.NotCoordinator:

@@ -1,0 +1,201 @@
+"""Partitions taken and given up while the runtime runs, as Leases come and go.
+
+On the embedded broker, with real runtimes: taking a partition fences its previous writer and
+loads what it acknowledged; giving it up answers NOT_COORDINATOR at once, including the write
+in flight; a partition taken back by the same process gets a writer that was never fenced;
+and a runtime whose Lease may have expired acknowledges nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime, writer
+from kafka_group_records import partitioning
+from tests.runtime import logs
+from tests.support import groups
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 2
+State = coordinator_runtime.PartitionState
+
+
+def _config(bootstrap: str, name: str) -> coordinator_runtime.RuntimeConfig:
+    return coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=bootstrap,
+        topic=name,
+        partitions=PARTITIONS,
+        write_timeout_ms=5000,
+        metadata_interval_ms=500,
+        served_partitions=frozenset(),
+    )
+
+
+def _group_on(partition: int) -> str:
+    index = 0
+    while partitioning.partition_for(f"g{index}", PARTITIONS) != partition:
+        index += 1
+    return f"g{index}"
+
+
+def _commit(group: str, offset: int) -> messages.OffsetCommitRequest:
+    return messages.OffsetCommitRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=messages.LEAVE_EPOCH,
+        offsets={("t", 0): messages.CommitOffset(offset, "")},
+    )
+
+
+async def _fetch(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int | None:
+    offsets = (await runtime.fetch_offsets(messages.OffsetFetchRequest(group))).offsets
+    committed = offsets.get(("t", 0))
+    return None if committed is None else committed.offset
+
+
+async def _until_active(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            if runtime.partition_state(group) is State.ACTIVE:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_taking_giving_up_and_taking_back_a_partition(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    group = _group_on(0)
+    async with (
+        groups.running(_config(broker.bootstrap, name)) as a,
+        groups.running(_config(broker.bootstrap, name)) as b,
+    ):
+        assert a.served_partitions == b.served_partitions == []
+        a.acquire(0)
+        assert a.serving(0)
+        assert not a.serving(1)
+        # Until its load ends the partition answers "loading", a retriable error.
+        with pytest.raises(errors.CoordinatorLoadInProgress):
+            await a.commit_offsets(_commit(group, 1))
+        await _until_active(a, group)
+        await a.commit_offsets(_commit(group, 1))
+        a.release(0)
+        assert a.partition_state(group) is State.NOT_SERVED
+        with pytest.raises(errors.NotCoordinator):
+            await a.commit_offsets(_commit(group, 2))
+        with pytest.raises(errors.NotCoordinator):
+            await a.fetch_offsets(messages.OffsetFetchRequest(group))
+        b.acquire(0)
+        await _until_active(b, group)
+        assert await _fetch(b, group) == 1
+        await b.commit_offsets(_commit(group, 3))
+        b.release(0)
+        # Taken back by the process that gave it up: b's writer fenced a's old one, so a
+        # needs a new one (a writer's fencing is sticky); it loads what b acknowledged.
+        a.acquire(0)
+        await _until_active(a, group)
+        assert await _fetch(a, group) == 3
+        await a.commit_offsets(_commit(group, 4))
+        assert a.served_partitions == [0]
+        assert a.unhealthy_partitions() == []
+        # And b, taking it again, fences a's second writer: a's next write is refused.
+        b.acquire(0)
+        await _until_active(b, group)
+        assert await _fetch(b, group) == 4
+        with pytest.raises(errors.NotCoordinator):
+            await a.commit_offsets(_commit(group, 5))
+        assert a.partition_state(group) is State.FENCED
+
+
+class _Gate:
+    """Holds every state-topic append of offset commits until opened (the brokers are slow)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+        original = writer.StateWriter.append
+
+        async def append(
+            state_writer: writer.StateWriter,
+            partition: int,
+            batch: Sequence[writer.EncodedRecord],
+        ) -> int:
+            # Offset commit records have key version 1 (Kafka's OffsetCommitKey).
+            if any(key[:2] == b"\x00\x01" for key, _ in batch):
+                self.entered.set()
+                await self.opened.wait()
+            return await original(state_writer, partition, batch)
+
+        monkeypatch.setattr(writer.StateWriter, "append", append)
+
+
+@pytest.mark.parametrize("how", ["lease-expired", "lease-lost"])
+async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
+    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    name = logs.unique_topic()
+    group = _group_on(1)
+    held: dict[int, bool] = {0: True, 1: True}
+    async with (
+        groups.running(_config(broker.bootstrap, name)) as a,
+        groups.running(_config(broker.bootstrap, name)) as b,
+    ):
+        a.lease_check = held.__getitem__
+        a.acquire(1)
+        await _until_active(a, group)
+        await a.commit_offsets(_commit(group, 1))  # acknowledged while the lease holds
+        gate = _Gate(monkeypatch)
+        in_flight = asyncio.create_task(a.commit_offsets(_commit(group, 2)))
+        await asyncio.wait_for(gate.entered.wait(), 10)
+        if how == "lease-expired":
+            # The renew deadline passed; nobody has told the runtime yet.
+            held[1] = False
+        else:
+            a.release(1)  # the elector's on_lost
+        gate.opened.set()
+        with pytest.raises(errors.NotCoordinator):
+            await asyncio.wait_for(in_flight, 10)
+        assert a.partition_state(group) is State.NOT_SERVED
+        # The new holder has every acknowledged commit; the refused one may be there too
+        # (the brokers took it), which a client's retry would have made true anyway.
+        b.acquire(1)
+        await _until_active(b, group)
+        assert await _fetch(b, group) in (1, 2)
+
+
+async def test_nothing_is_answered_once_the_lease_may_have_expired(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    group = _group_on(0)
+    held: dict[int, bool] = {0: True, 1: True}
+    async with groups.running(_config(broker.bootstrap, name)) as a:
+        a.lease_check = held.__getitem__
+        a.acquire(0)
+        await _until_active(a, group)
+        joined = await a.heartbeat(
+            messages.HeartbeatRequest(
+                group_id=group, member_id="m1", member_epoch=0, subscribed_topic_names=("t",)
+            )
+        )
+        held[0] = False
+        requests: list[Any] = [
+            a.heartbeat(
+                messages.HeartbeatRequest(
+                    group_id=group, member_id="m1", member_epoch=joined.member_epoch
+                )
+            ),
+            a.commit_offsets(_commit(group, 7)),
+            a.fetch_offsets(messages.OffsetFetchRequest(group)),
+            a.describe_group(group),
+        ]
+        for request in requests:
+            with pytest.raises(errors.NotCoordinator):
+                await request
