@@ -22,6 +22,7 @@ uses its own and no credential crosses the wire.
 
 from __future__ import annotations
 
+import decimal
 import hmac
 import math
 from collections.abc import Mapping
@@ -197,10 +198,17 @@ def _integer(value: object, name: str, minimum: int = -(2**63), maximum: int = 2
     return value
 
 
+def _number(value: object) -> float | None:
+    """A JSON number as a float (``wire.parse_json`` reads fractions as ``Decimal``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+        return None
+    return float(value)
+
+
 def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    seconds = _number(value)
+    if seconds is None:
         raise _fail(name, "a number of seconds")
-    seconds = float(value)
     if not math.isfinite(seconds) or not 0 < seconds <= 86_400:
         raise _fail(name, "a number of seconds in (0, 86400]")
     return seconds
@@ -436,17 +444,16 @@ def decode_mirror_status(value: object) -> mirror.MirrorStatus | None:
         reason = mirror.MirrorReason(body.get("reason"))
     except ValueError:
         raise _fail("status.reason", "a mirror reason") from None
-    caught_up_at = body.get("caughtUpAt")
-    if caught_up_at is not None and (
-        isinstance(caught_up_at, bool) or not isinstance(caught_up_at, int | float)
-    ):
+    raw_time = body.get("caughtUpAt")
+    caught_up_at = None if raw_time is None else _number(raw_time)
+    if raw_time is not None and (caught_up_at is None or not math.isfinite(caught_up_at)):
         raise _fail("status.caughtUpAt", "a time or null")
     return mirror.MirrorStatus(
         reason=reason,
         message=_string(body.get("message"), "status.message"),
         behind=_integer(body.get("behind"), "status.behind", 0),
         failures=_integer(body.get("failures"), "status.failures", 0),
-        caught_up_at=None if caught_up_at is None else float(caught_up_at),
+        caught_up_at=caught_up_at,
     )
 
 

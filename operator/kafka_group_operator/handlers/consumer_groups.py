@@ -38,7 +38,14 @@ import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import lag_health, messages
-from kafka_group_operator.handlers import config, kafka_probe, lifecycle, native_group, ownership
+from kafka_group_operator.handlers import (
+    config,
+    coordinator_port,
+    kafka_probe,
+    lifecycle,
+    native_group,
+    ownership,
+)
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, consumer_group, group_settings, group_status
@@ -117,10 +124,11 @@ async def reconcile(
             )
             native_group.raise_if_waiting(adopted)
         await _apply_children_or_report(state, group, body)
-        await state.runtime.configure_group(
+        coordinators = coordinator_port.port_of(state)
+        await coordinators.configure_group(
             group_settings.build_group_settings(group, paused_for_reset=reset_in_progress(status))
         )
-        state.runtime.mirror.configure(
+        await coordinators.configure_mirror(
             group.group_id, native_group.mirror_target(group, state.config.kafka_config)
         )
         description = await refresh_status(state, group, body)
@@ -172,7 +180,7 @@ async def claim_group_id(
     or members.
     """
     owner = await ownership.claim(
-        state.runtime, state.kube, group.group_id, meta, state.config.namespaces
+        coordinator_port.port_of(state), state.kube, group.group_id, meta, state.config.namespaces
     )
     if owner.uid != meta.get("uid"):
         raise ownership.GroupIdConflict(ownership.conflict_message(group.group_id, owner))
@@ -240,7 +248,7 @@ async def apply_children(
         raise kube_errors.KubeError(
             f"the Secret {secret_name} holds no '{consumer_group.TOKEN_KEY}'"
         )
-    state.tokens.set(group.group_id, token)
+    await coordinator_port.port_of(state).set_token(group.group_id, token)
 
     service_name = consumer_group.service_name(group)
     if await kube.get_or_none(kube_client.SERVICES, ns, service_name) is None:
@@ -268,7 +276,7 @@ async def describe(
     state: lifecycle.OperatorState, group_id: str
 ) -> messages.GroupDescription | None:
     try:
-        return await state.runtime.describe_group(group_id)
+        return await coordinator_port.port_of(state).describe_group(group_id)
     except coordinator_errors.GroupIdNotFound:
         return None
 
@@ -286,6 +294,7 @@ async def refresh_status(
     verdict = lag_health.GroupVerdict(lag_health.Verdict.NOTFOUND, ())
     if description is not None:
         lag = await observe_lag(state, group.group_id, window)
+        # This process's wall clock (every replica runs a runtime), not the coordinator's.
         verdict = window.evaluate(state.runtime.config.clock_ms())
     status = body.get("status") or {}
     stateful_set = await state.kube.get_or_none(
@@ -303,7 +312,7 @@ async def refresh_status(
         verdict=verdict,
     )
     mirrored = native_group.mirror_condition(
-        group.mirror_to_kafka, state.runtime.mirror.status(group.group_id)
+        group.mirror_to_kafka, await coordinator_port.port_of(state).mirror_status(group.group_id)
     )
     fresh["conditions"] = conditions.merge_conditions(
         fresh["conditions"], [mirrored], fresh.get("observedGeneration"), conditions.now_rfc3339()
@@ -318,9 +327,9 @@ async def observe_lag(
 ) -> Mapping[tuple[str, int], int]:
     """The group's lag per partition; feeds ``window`` with the committed offsets (and their
     commit times) and the log ends the lag comes from."""
-    request = messages.OffsetFetchRequest(group_id)
-    committed = (await state.runtime.fetch_offsets(request)).offsets
-    lag = await state.runtime.group_lag(group_id)
+    coordinators = coordinator_port.port_of(state)
+    committed = (await coordinators.fetch_offsets(messages.OffsetFetchRequest(group_id))).offsets
+    lag = await coordinators.group_lag(group_id)
     window.observe(
         {tp: (value.offset, value.commit_timestamp) for tp, value in committed.items()},
         # The lag is the log end minus the committed offset (0 when the log end is behind).
@@ -381,7 +390,7 @@ async def remove_members(
     owner: Mapping[str, Any],
 ) -> None:
     """Permanent leave of ``instance_ids``; an Event for each member that was still there."""
-    results = await state.runtime.remove_members(
+    results = await coordinator_port.port_of(state).remove_members(
         messages.RemoveMembersRequest(group_id=group.group_id, instance_ids=instance_ids)
     )
     for instance_id in instance_ids:
@@ -498,7 +507,7 @@ async def pod_event(
         group = parse(owner)
     except spec_errors.SpecError:
         return
-    recorded = await state.runtime.group_owner(group.group_id)
+    recorded = await coordinator_port.port_of(state).group_owner(group.group_id)
     if recorded is None or recorded.uid != owner["metadata"].get("uid"):
         return  # a second claimant of the group id acts on nobody's members
     if ordinal < group.replicas:
@@ -524,12 +533,13 @@ async def delete(
     state.reconciled.pop((meta["namespace"], meta["name"]), None)
     state.lag_windows.pop((meta["namespace"], meta["name"]), None)
     delay = min(retry_delay(retry, state.config.retry_base_seconds), 10.0)
+    coordinators = coordinator_port.port_of(state)
     try:
         # A resource that never got to claim its id (deleted before its first
         # reconciliation, or an upgrade from a version without owners) claims it now,
         # unless an older resource names the id too.
         owner = await ownership.claim(
-            state.runtime, state.kube, group_id, meta, state.config.namespaces
+            coordinators, state.kube, group_id, meta, state.config.namespaces
         )
     except (coordinator_errors.CoordinatorError, kube_errors.KubeError) as error:
         raise kopf.TemporaryError(
@@ -556,10 +566,13 @@ async def delete(
     policy = spec.get("deletionPolicy", "Retain")
     if policy != "Delete":
         await _flush_mirror(state, body, retry)
-    state.runtime.mirror.remove(group_id)
+    try:
+        await coordinators.remove_mirror(group_id)
+    except coordinator_errors.CoordinatorError as error:
+        raise kopf.TemporaryError(f"cannot stop mirroring {group_id}: {error}", delay) from error
     if policy == "Delete":
         try:
-            await state.runtime.delete_group(
+            await coordinators.delete_group(
                 messages.DeleteGroupRequest(group_id=group_id, force=True, owner_uid=owner.uid)
             )
         except coordinator_errors.GroupIdNotFound:
@@ -582,9 +595,9 @@ async def delete(
             message=f"the offsets of {group_id} are kept",
         )
     # The token goes before the id is released: a claimant taking the id over sets its own.
-    state.tokens.discard(group_id)
     try:
-        await state.runtime.release_group(messages.ReleaseGroupRequest(group_id, owner.uid))
+        await coordinators.discard_token(group_id)
+        await coordinators.release_group(messages.ReleaseGroupRequest(group_id, owner.uid))
     except coordinator_errors.CoordinatorError as error:
         raise kopf.TemporaryError(f"cannot release {group_id}: {error}", delay) from error
 
@@ -596,7 +609,13 @@ async def _flush_mirror(state: lifecycle.OperatorState, body: kopf.Body, retry: 
         group = parse(body)
     except spec_errors.SpecError:
         return  # never reconciled as written: never mirrored
-    flushed = await native_group.flush_before_leaving(state, group)
+    try:
+        flushed = await native_group.flush_before_leaving(state, group)
+    except coordinator_errors.CoordinatorError as error:
+        raise kopf.TemporaryError(
+            f"cannot mirror the final offsets: {error}",
+            min(retry_delay(retry, state.config.retry_base_seconds), 10.0),
+        ) from error
     if flushed is None or flushed.mirrored:
         return
     if retry < _FLUSH_RETRIES:

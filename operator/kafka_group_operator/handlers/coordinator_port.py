@@ -16,9 +16,10 @@ every call the handlers make on a group; three implementations:
 
 A group's token and its offset mirror live in the memory of the replica that coordinates it,
 not in the state topic. So the router remembers the last token and mirror target it was given
-for each group and hands them again to any coordinator it reaches the group on for the first
-time: after a failover, the new coordinator gets them on the control plane's next call (the
-status daemon calls every few seconds).
+for each group and hands them again to the first coordinator it reaches the group on after a
+change or a failure (a replica restarted under its own name and address too): after a
+failover the new coordinator gets them on the control plane's next call, at the latest the
+status daemon's (every ``statusIntervalSeconds``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ T = TypeVar("T")
 
 # How many NOT_COORDINATOR hints one call follows before giving up (then it is retried).
 MAX_HOPS = 3
-REQUEST_TIMEOUT_SECONDS = 10.0
+# Above the mirror's own request timeout (10 s), as a flush waits for one attempt.
+REQUEST_TIMEOUT_SECONDS = 30.0
 
 
 class CoordinatorPort(Protocol):
@@ -318,7 +320,7 @@ class RoutingCoordinator:
                 await self._give(group_id, LOCAL, self.local, replay)
                 result = await call(self.local)
             except errors.NotCoordinator:
-                self._owners.pop(group_id, None)
+                self._forget(group_id)
                 if self.discovery_url is None or self.internal_token is None:
                     raise
             else:
@@ -334,18 +336,27 @@ class RoutingCoordinator:
                 await self._give(group_id, url, remote, replay)
                 result = await call(remote)
             except CoordinatorMoved as moved:
+                self._forget(group_id)
                 url = LOCAL if moved.url == self.advertised_url else moved.url
                 continue
             except (errors.NotCoordinator, errors.CoordinatorNotAvailable):
                 # Gone, or no longer the coordinator without naming the next: ask anew.
-                self._owners.pop(group_id, None)
+                self._forget(group_id)
                 raise
             self._owners[group_id] = url
             return result
-        self._owners.pop(group_id, None)
+        self._forget(group_id)
         raise errors.CoordinatorNotAvailable(
             f"the coordinator of {group_id} moved {MAX_HOPS} times in one call; retry"
         )
+
+    def _forget(self, group_id: str) -> None:
+        """After a failure: the next coordinator reached, even at the same address (a replica
+        restarted under its name), is handed the group's token and mirror again."""
+        self._owners.pop(group_id, None)
+        desired = self._desired.get(group_id)
+        if desired is not None:
+            desired.given_to = None
 
     async def _give(
         self, group_id: str, endpoint: str, target: CoordinatorPort, replay: bool
@@ -440,10 +451,15 @@ def port_of(state: lifecycle.OperatorState) -> RoutingCoordinator:
         config = state.config
         local = internal.InProcessCoordinator(state.runtime, state.tokens, config.kafka_config)
         remote = config.internal_token is not None
+        leases = config.leases
         state.coordinators = RoutingCoordinator(
             local,
+            # The Service's URL: any replica answers who coordinates a group.
             discovery_url=config.coordinator_url if remote else None,
             internal_token=config.internal_token,
+            advertised_url=(
+                leases.peer_url.format(identity=leases.pod_name) if leases is not None else None
+            ),
         )
     return state.coordinators
 

@@ -37,7 +37,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.handlers import kafka_probe, lifecycle
+from kafka_group_operator.handlers import coordinator_port, kafka_probe, lifecycle
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.manifests import conditions
 from kafka_group_operator.runtime import mirror
@@ -186,15 +186,16 @@ async def adopt(
     decided = conditions.find(status.get("conditions"), ADOPTED)
     if decided is not None and decided.get("status") == "True":
         return None
+    coordinators = coordinator_port.port_of(state)
     request = messages.OffsetFetchRequest(group.group_id)
-    if (await state.runtime.fetch_offsets(request)).offsets:
+    if (await coordinators.fetch_offsets(request)).offsets:
         return conditions.Condition(
             ADOPTED,
             True,
             "CoordinatorHasOffsets",
             "the coordinator already holds offsets for the group: nothing was imported",
         )
-    if await _has_members(state, group.group_id):
+    if await _has_members(coordinators, group.group_id):
         # Its members own the group here already (e.g. before an upgrade): an import would
         # be refused, and would go behind their back.
         return conditions.Condition(
@@ -222,7 +223,7 @@ async def adopt(
         return conditions.Condition(
             ADOPTED, True, "NothingToImport", f"{source} has no committed offsets to import"
         )
-    response = await state.runtime.commit_offsets(
+    response = await coordinators.commit_offsets(
         messages.OffsetCommitRequest(
             group_id=group.group_id,
             member_id="",
@@ -250,9 +251,9 @@ async def adopt(
     return conditions.Condition(ADOPTED, True, "Imported", message)
 
 
-async def _has_members(state: lifecycle.OperatorState, group_id: str) -> bool:
+async def _has_members(coordinators: coordinator_port.CoordinatorPort, group_id: str) -> bool:
     try:
-        return bool((await state.runtime.describe_group(group_id)).members)
+        return bool((await coordinators.describe_group(group_id)).members)
     except coordinator_errors.GroupIdNotFound:
         return False
 
@@ -273,8 +274,9 @@ async def flush_before_leaving(
     target = mirror_target(group, state.config.kafka_config)
     if target is None:
         return None
-    state.runtime.mirror.configure(group.group_id, target)
-    return await state.runtime.mirror.flush(group.group_id)
+    coordinators = coordinator_port.port_of(state)
+    await coordinators.configure_mirror(group.group_id, target)
+    return await coordinators.flush_mirror(group.group_id)
 
 
 def condition_patch(

@@ -20,7 +20,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import errors as coordinator_errors
@@ -28,13 +28,21 @@ from kafka_group_operator.coordinator import messages
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import consumer_group
-from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors as spec_errors
 
 GROUP_ID_CONFLICT = "GroupIdConflict"
 
 logger = logging.getLogger(__name__)
+
+
+class GroupOwners(Protocol):
+    """Who owns a group id, as recorded by its coordinator: the control plane's port
+    (``coordinator_port``) or, at start, the local runtime."""
+
+    async def group_owner(self, group_id: str) -> messages.GroupOwner | None: ...
+
+    async def claim_group(self, request: messages.ClaimGroupRequest) -> messages.GroupOwner: ...
 
 
 class GroupIdConflict(spec_errors.SpecError):
@@ -59,7 +67,7 @@ def group_id_of(body: Mapping[str, Any]) -> str:
 
 
 async def claim(
-    runtime: coordinator_runtime.CoordinatorRuntime,
+    owners: GroupOwners,
     kube: kube_client.KubeClient,
     group_id: str,
     meta: Mapping[str, Any],
@@ -73,11 +81,11 @@ async def claim(
     resources are reconciled, e.g. after an upgrade from a version without owners, where
     every resource claims at once. Raises ``KubeError`` and ``CoordinatorError``.
     """
-    if await runtime.group_owner(group_id) is None:
+    if await owners.group_owner(group_id) is None:
         elder = await _elder_claimant(kube, group_id, meta, namespaces)
         if elder is not None:
             return owner_of(elder)
-    return await runtime.claim_group(messages.ClaimGroupRequest(group_id, owner_of(meta)))
+    return await owners.claim_group(messages.ClaimGroupRequest(group_id, owner_of(meta)))
 
 
 async def _elder_claimant(
@@ -106,24 +114,22 @@ async def _elder_claimant(
     return min(elders, key=age) if elders else None
 
 
-async def owns(
-    runtime: coordinator_runtime.CoordinatorRuntime, group_id: str, meta: Mapping[str, Any]
-) -> bool:
+async def owns(owners: GroupOwners, group_id: str, meta: Mapping[str, Any]) -> bool:
     """Whether the resource with ``meta`` owns ``group_id`` now; False too while the
     coordinator cannot tell (its partition is loading): callers act on a later attempt."""
     try:
-        owner = await runtime.group_owner(group_id)
+        owner = await owners.group_owner(group_id)
     except coordinator_errors.CoordinatorError:
         return False
     return owner is not None and owner.uid == meta.get("uid")
 
 
 async def other_owner(
-    runtime: coordinator_runtime.CoordinatorRuntime, group_id: str, meta: Mapping[str, Any]
+    owners: GroupOwners, group_id: str, meta: Mapping[str, Any]
 ) -> messages.GroupOwner | None:
     """The other resource that owns ``group_id``, if one does (``None``: this one, or none
     yet, as for a resource created a moment ago)."""
-    owner = await runtime.group_owner(group_id)
+    owner = await owners.group_owner(group_id)
     return owner if owner is not None and owner.uid != meta.get("uid") else None
 
 
@@ -136,7 +142,7 @@ def conflict_message(group_id: str, owner: messages.GroupOwner) -> str:
 
 async def load_tokens(
     kube: kube_client.KubeClient,
-    runtime: coordinator_runtime.CoordinatorRuntime,
+    owners: GroupOwners,
     store: tokens.GroupTokens,
     namespaces: tuple[str, ...],
 ) -> int:
@@ -155,7 +161,7 @@ async def load_tokens(
     loaded = 0
     for group_id, claiming in claimants.items():
         try:
-            owner = await runtime.group_owner(group_id)
+            owner = await owners.group_owner(group_id)
         except coordinator_errors.CoordinatorError:
             owner = None  # its partition is not serving: its members cannot run anyway
         uids = {str((body.get("metadata") or {}).get("uid", "")) for body in claiming}
@@ -187,7 +193,7 @@ async def load_tokens(
 
 async def keep_loading_tokens(
     kube: kube_client.KubeClient,
-    runtime: coordinator_runtime.CoordinatorRuntime,
+    owners: GroupOwners,
     store: tokens.GroupTokens,
     namespaces: tuple[str, ...],
     logger: Any = logger,
@@ -197,7 +203,7 @@ async def keep_loading_tokens(
     while True:
         if kube.configured:
             try:
-                count = await load_tokens(kube, runtime, store, namespaces)
+                count = await load_tokens(kube, owners, store, namespaces)
             except kube_errors.KubeError as error:
                 logger.warning(
                     "cannot read the groups' tokens yet (retry in %.0fs): %s", delay, error
