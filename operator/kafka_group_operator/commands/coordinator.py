@@ -3,7 +3,11 @@
 For local use, the demo, the multi-process tests and the benchmarks. Group settings that the
 operator would take from a ConsumerGroup resource come from ``--groups FILE`` instead, a JSON
 object ``{group: {"sessionTimeoutMs": ..., "heartbeatIntervalMs": ..., "assignor": ...,
-"rebalanceTimeoutMs": ..., "offsetsRetentionMs": ..., "topics": [...]}}``. Without
+"rebalanceTimeoutMs": ..., "offsetsRetentionMs": ..., "topics": [...], "mirrorToKafka": true,
+"mirrorIntervalSeconds": 5}}``. As with a ConsumerGroup's ``spec.offsets``, each group of the
+file has its committed offsets mirrored into the brokers' own group of the same id
+(``runtime.mirror``) unless ``mirrorToKafka`` is false, at most once per
+``mirrorIntervalSeconds`` (default 5); groups not in the file are not mirrored. Without
 ``--tokens FILE`` the API runs unauthenticated, which is logged as a warning.
 ``--kafka-port`` also serves the groups on the Kafka protocol (the coordinator listener),
 with the same tokens as SASL/PLAIN passwords (username = group id).
@@ -31,6 +35,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,12 @@ GROUP_SETTING_FIELDS = {
     "offsetsRetentionMs": "offsets_retention_ms",
     "topics": "topics",
 }
+# JSON fields of --groups that configure the offset mirror, as spec.offsets does (same
+# defaults and bounds as the ConsumerGroup CRD).
+MIRROR_TO_KAFKA = "mirrorToKafka"
+MIRROR_INTERVAL_SECONDS = "mirrorIntervalSeconds"
+DEFAULT_MIRROR_INTERVAL_SECONDS = 5
+MAX_MIRROR_INTERVAL_SECONDS = 3600
 
 
 def register(subparsers: Any) -> None:
@@ -220,10 +231,14 @@ def read_group_settings(path: Path) -> list[messages.GroupSettings]:
     for group, fields in loaded.items():
         if not isinstance(fields, dict):
             raise ValueError(f"settings of group {group!r} must be an object")
-        unknown = set(fields) - set(GROUP_SETTING_FIELDS)
+        unknown = set(fields) - {*GROUP_SETTING_FIELDS, MIRROR_TO_KAFKA, MIRROR_INTERVAL_SECONDS}
         if unknown:
             raise ValueError(f"unknown settings for group {group!r}: {sorted(unknown)}")
-        values = {GROUP_SETTING_FIELDS[name]: value for name, value in fields.items()}
+        values = {
+            GROUP_SETTING_FIELDS[name]: value
+            for name, value in fields.items()
+            if name in GROUP_SETTING_FIELDS
+        }
         if "topics" in values:
             if not isinstance(values["topics"], list):
                 raise ValueError(f"topics of group {group!r} must be a list of names")
@@ -232,12 +247,45 @@ def read_group_settings(path: Path) -> list[messages.GroupSettings]:
     return settings
 
 
+def read_mirror_intervals(path: Path) -> dict[str, int | None]:
+    """group -> seconds between its mirror commits, None when ``mirrorToKafka`` is false,
+    for every group of the file (whose shape ``read_group_settings`` checks)."""
+    loaded = json.loads(path.read_text())
+    intervals: dict[str, int | None] = {}
+    for group, fields in loaded.items():
+        enabled = fields.get(MIRROR_TO_KAFKA, True)
+        if not isinstance(enabled, bool):
+            raise ValueError(f"{MIRROR_TO_KAFKA} of group {group!r} must be true or false")
+        interval = fields.get(MIRROR_INTERVAL_SECONDS, DEFAULT_MIRROR_INTERVAL_SECONDS)
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int)
+            or not 1 <= interval <= MAX_MIRROR_INTERVAL_SECONDS
+        ):
+            raise ValueError(
+                f"{MIRROR_INTERVAL_SECONDS} of group {group!r} must be a whole number of "
+                f"seconds from 1 to {MAX_MIRROR_INTERVAL_SECONDS}, not {interval!r}"
+            )
+        intervals[group] = interval if enabled else None
+    return intervals
+
+
+def _mirror(runtime: Any, bootstrap: str, intervals: Mapping[str, int | None]) -> None:
+    """Mirror each group into the brokers the coordinator uses (``--bootstrap``)."""
+    from kafka_group_operator.runtime import mirror
+
+    for group, interval in intervals.items():
+        if interval is not None:
+            runtime.mirror.configure(group, mirror.MirrorTarget(bootstrap, {}, float(interval)))
+
+
 async def serve(
     args: argparse.Namespace,
     token_store: tokens.GroupTokens | None,
     group_settings: list[messages.GroupSettings],
     directory: discovery.Directory,
     lease_settings: Any = None,
+    mirror_intervals: Mapping[str, int | None] | None = None,
 ) -> None:
     # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
     from kafka_group_operator.runtime import coordinator_runtime
@@ -345,6 +393,17 @@ async def serve(
             # The settings are state: written once by whichever process holds the group's
             # partition first, they move with the partition.
             configuring = asyncio.create_task(_configure_when_held(runtime, group_settings))
+        # Each group is mirrored by the process serving it: with a fixed set this one's groups,
+        # with Leases every group (the mirror skips one while another replica serves it).
+        _mirror(
+            runtime,
+            args.bootstrap,
+            {
+                group: interval
+                for group, interval in (mirror_intervals or {}).items()
+                if shards is not None or directory.owner(group).is_self
+            },
+        )
         print(f"ready on http://{args.host}:{args.port}", flush=True)
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
@@ -389,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         token_store = tokens.GroupTokens.from_file(args.tokens) if args.tokens else None
         group_settings = read_group_settings(args.groups) if args.groups is not None else []
+        mirror_intervals = read_mirror_intervals(args.groups) if args.groups is not None else {}
         directory = read_directory(args)
         lease_settings = read_lease_settings(args)
     except (ValueError, TypeError) as error:
@@ -420,7 +480,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(serve(args, token_store, group_settings, directory, lease_settings))
+            asyncio.run(
+                serve(
+                    args, token_store, group_settings, directory, lease_settings, mirror_intervals
+                )
+            )
     except runtime_errors.StateTopicError as error:
         raise common.CommandError(f"{type(error).__name__}: {error}") from None
     return 0
