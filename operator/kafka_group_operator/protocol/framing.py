@@ -9,7 +9,8 @@ ApiVersions, whose responses always use header v0 so that a client that does not
 broker's versions yet can read them (Kafka's ``ApiKeys.responseHeaderVersion``).
 
 Bodies are read and written with ``kio``'s types, generated from Kafka's message schemas;
-nothing here describes a message by hand. The listener and the gateway share these
+nothing here describes a message by hand. Tagged fields a peer sends that the schema does
+not define are ignored, as Kafka ignores them (``tagged``). The listener and the gateway share these
 functions; the gateway reads no further than ``peek_request_header``.
 """
 
@@ -31,6 +32,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 from kio.static.primitive import i16, i32
 
+from kafka_group_operator.protocol import tagged
+
 API_VERSIONS_KEY = 18
 
 # A frame larger than this closes the connection (Kafka's socket.request.max.bytes does the
@@ -39,6 +42,7 @@ DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
+_CORRELATION = struct.Struct(">i")
 
 
 class FrameError(Exception):
@@ -127,17 +131,33 @@ def read_request(payload: bytes) -> tuple[RequestHeader, Any]:
         header, offset = entity_reader(RequestHeaderV1)(payload, 0)
         if schema.__flexible__:
             offset = skip_tagged_fields(payload, offset)
-        body, size = entity_reader(schema)(payload, offset)
+        body, end = _read_body(schema, payload, offset)
     except Exception as error:  # kio raises assorted errors on malformed input
         raise FrameError(f"malformed {schema.__name__} v{fixed.api_version}: {error}") from None
-    if offset + size != len(payload):
+    if end != len(payload):
         raise FrameError(
-            f"{schema.__name__} v{fixed.api_version}: {len(payload) - offset - size} "
-            "bytes after the request"
+            f"{schema.__name__} v{fixed.api_version}: {len(payload) - end} bytes after the request"
         )
     return RequestHeader(
         fixed.api_key, fixed.api_version, fixed.correlation_id, header.client_id
     ), body
+
+
+def _read_body(schema: type[Any], payload: bytes, offset: int) -> tuple[Any, int]:
+    """The kio body at ``offset`` and the offset after it. A flexible body that kio refuses
+    is read again without the tagged fields its schema does not define (a newer client's:
+    Kafka ignores them, see ``tagged``)."""
+    try:
+        body, size = entity_reader(schema)(payload, offset)
+        return body, offset + size
+    except Exception:
+        if not schema.__flexible__:
+            raise
+    stripped, end = tagged.strip_unknown_tags(schema, payload, offset)
+    body, size = entity_reader(schema)(stripped, 0)
+    if size != len(stripped):
+        raise ValueError(f"{len(stripped) - size} bytes left after the stripped body")
+    return body, end
 
 
 def skip_tagged_fields(payload: bytes, offset: int) -> int:
@@ -190,8 +210,10 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None = "kgo"
 def read_response(payload: bytes, schema: type[Any]) -> tuple[int, Any]:
     """Correlation id and kio body of a response of type ``schema`` (clients and tests)."""
     flexible_header = schema.__api_key__ != API_VERSIONS_KEY and schema.__flexible__
-    header_schema = ResponseHeaderV1 if flexible_header else ResponseHeaderV0
-    header: Any
-    header, offset = entity_reader(header_schema)(payload, 0)
-    body, _ = entity_reader(schema)(payload, offset)
-    return int(header.correlation_id), body
+    (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
+    offset = _CORRELATION.size
+    if flexible_header:
+        # Response header v1's tags: none is defined, so all are skipped (as Kafka does).
+        offset = skip_tagged_fields(payload, offset)
+    body, _ = _read_body(schema, payload, offset)
+    return int(correlation_id), body
