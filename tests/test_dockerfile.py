@@ -75,13 +75,13 @@ def test_the_jobs_image_has_java_17_the_spark_extra_and_the_named_spark_release(
 
 
 def test_the_chart_runs_a_kgo_command() -> None:
-    deployment = (CHART / "templates/operator-deployment.yaml").read_text()
-    args = re.search(r"args: \[kgo, ([\w-]+)", deployment)
+    operator = (CHART / "templates/operator-statefulset.yaml").read_text()
+    args = re.search(r"args: \[kgo, ([\w-]+)", operator)
     assert args is not None
     assert args.group(1) in cli.COMMANDS
     # The operator learns the jobs image from spark.image.
     assert re.search(
-        r"- name: KGO_SPARK_IMAGE\n\s+value: \{\{ \.Values\.spark\.image \| quote \}\}", deployment
+        r"- name: KGO_SPARK_IMAGE\n\s+value: \{\{ \.Values\.spark\.image \| quote \}\}", operator
     )
 
 

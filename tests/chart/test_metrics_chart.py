@@ -42,8 +42,8 @@ def _exported_names() -> set[str]:
 
 def test_the_metrics_port_is_on_the_pod_and_the_service_and_monitoring_is_off_by_default() -> None:
     docs = _render(*REQUIRED)
-    deployment = _find(docs, "Deployment", "kgo-kafka-group-operator")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    operator = _find(docs, "StatefulSet", "kgo-kafka-group-operator")
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["KGO_METRICS_PORT"] == "9090"
     assert env["KGO_CLUSTER_NAME"] == "default"
@@ -73,8 +73,8 @@ def test_the_service_monitor_scrapes_the_services_metrics_port() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "30s"}
     assert "metrics" in {port["name"] for port in service["spec"]["ports"]}
-    deployment = _find(docs, "Deployment", "kgo-kafka-group-operator")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    operator = _find(docs, "StatefulSet", "kgo-kafka-group-operator")
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["KGO_CLUSTER_NAME"] == "east"
 

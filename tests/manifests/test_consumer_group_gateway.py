@@ -183,7 +183,7 @@ def test_operator_settings_give_the_sidecar_its_image_and_coordinator() -> None:
 
 def test_chart_gives_the_operator_its_own_image_for_the_sidecar() -> None:
     docs = chart._render(*chart.REQUIRED, "--set", "image.tag=9.9.9")
-    (container,) = chart._find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (container,) = chart._find(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["KGO_GATEWAY_IMAGE"] == container["image"]
     assert container["image"].endswith(":9.9.9")

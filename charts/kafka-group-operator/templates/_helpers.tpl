@@ -44,7 +44,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The URL consumer pods use to reach the member API. */}}
+{{/* The headless Service: one stable DNS name per replica (<pod>.<this>.<namespace>.svc). */}}
+{{- define "kgo.headlessService" -}}
+{{- printf "%s-headless" (include "kgo.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The URL consumer pods use to reach the member API (any replica; a NOT_COORDINATOR
+answer names the replica coordinating the group). */}}
 {{- define "kgo.coordinatorUrl" -}}
 {{- printf "http://%s.%s.svc:%d" (include "kgo.fullname" .) .Release.Namespace (int .Values.api.port) }}
 {{- end }}
@@ -91,6 +97,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkapplications]
   verbs: [get, list, watch, create, delete]
+{{- end }}
+
+{{/* kopf's peering objects (several replicas): watched, and patched with keep-alives; only
+the release's own. */}}
+{{- define "kgo.peeringRules" -}}
+{{- $resource := ternary "kopfpeerings" "clusterkopfpeerings" (not (empty .Values.watchNamespaces)) }}
+- apiGroups: [kopf.dev]
+  resources: [{{ $resource }}]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [{{ $resource }}]
+  verbs: [get, patch]
+  resourceNames: [{{ include "kgo.fullname" . }}]
 {{- end }}
 
 {{/* Secrets: the groups' token Secrets (created once) and the Kafka Secrets they name

@@ -1,8 +1,18 @@
 """``kgo operator``: run the Kubernetes operator (kopf) with the embedded coordinator.
 
 Settings come from the environment (``handlers.config.OperatorConfig.from_env``), as the Helm
-chart's Deployment sets them. One replica only: the coordinator is the single writer of the
-state topic, so the chart uses the Recreate strategy and kopf runs standalone (no peering).
+chart's StatefulSet sets them. Every replica runs the coordinator for the state partitions
+whose Leases it holds; kopf's handlers (the control plane) are active on one replica only.
+
+That one is chosen by kopf's peering (``peering_for``), not by a Lease of ours: kopf can be
+paused and resumed from outside only through its peering objects. Each replica's priority is
+its ordinal's reverse, so replica 0 runs the handlers while it is alive and the next one
+takes over once its record expires (``PEERING_LIFETIME_SECONDS`` after its last keep-alive;
+at once when it stops cleanly). Peering is no lock: for a moment (a restarted replica 0
+resuming before the others see it), two replicas may run handlers. That is safe because the
+handlers only reach the coordinators through ``handlers.coordinator_port`` (every write is
+fenced by the partition's holder), status writes carry the resourceVersion they read, and
+every handler is idempotent. A single replica runs standalone (no peering objects needed).
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -17,6 +28,32 @@ import kopf
 from kafka_group_operator import handlers
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import lifecycle, logs
+
+# How long a replica's peering record outlives its last keep-alive (kopf renews it 5 to 10
+# seconds before that): how long the handlers pause after the active replica dies.
+PEERING_LIFETIME_SECONDS = 20
+# Replica n's peering priority is this minus n: the lowest ordinal alive runs the handlers.
+PEERING_TOP_PRIORITY = 1000
+
+
+@dataclass(frozen=True)
+class Peering:
+    """How kopf runs on this replica: alone, or paused unless it has the top priority."""
+
+    standalone: bool
+    name: str | None = None
+    priority: int = 0
+
+
+def peering_for(config: operator_config.OperatorConfig) -> Peering:
+    """Standalone with one replica; else peering on the StatefulSet's name, by ordinal."""
+    leases = config.leases
+    if leases is None:
+        return Peering(standalone=True)
+    ordinal = int(leases.pod_name.rpartition("-")[2])
+    return Peering(
+        standalone=False, name=leases.statefulset, priority=PEERING_TOP_PRIORITY - ordinal
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -51,13 +88,20 @@ def run(args: argparse.Namespace) -> int:
     handlers.load()
     memo = kopf.Memo()
     memo[lifecycle.CONFIG_KEY] = config
+    peering = peering_for(config)
+    settings = kopf.OperatorSettings()
+    settings.peering.lifetime = PEERING_LIFETIME_SECONDS
+    settings.peering.stealth = True  # keep-alives are not worth a log line each
     asyncio.run(
         kopf.operator(
-            standalone=True,
+            standalone=peering.standalone,
+            peering_name=peering.name,
+            priority=peering.priority,
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=args.liveness,
             memo=memo,
+            settings=settings,
         )
     )
     return 0
