@@ -1,21 +1,37 @@
-"""The chart's Lease RBAC: only the verbs the elector uses, on only the Leases it names."""
+"""The chart's Lease RBAC: only the verbs the elector uses, on only the Leases it names (one
+per state partition, one per replica)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kafka_group_operator.kube import leases
+from kafka_group_operator.kube import client as kube_client
+from kafka_group_operator.kube import elector, leases
 from tests.chart.test_chart import REQUIRED, _find, _render
 
 FULLNAME = "kgo-kafka-group-operator"
 
 
-@pytest.mark.parametrize("partitions", [3, 50])
-def test_leases_are_granted_by_name_in_the_operators_namespace(partitions: int) -> None:
-    docs = _render(*REQUIRED, "--set", f"stateTopic.partitions={partitions}")
+@pytest.mark.parametrize(("partitions", "replicas"), [(3, 1), (50, 3), (50, 5)])
+def test_leases_are_granted_by_name_in_the_operators_namespace(
+    partitions: int, replicas: int
+) -> None:
+    docs = _render(
+        *REQUIRED,
+        "--set",
+        f"stateTopic.partitions={partitions}",
+        "--set",
+        f"replicas={replicas}",
+    )
     role = _find(docs, "Role", f"{FULLNAME}-leases")
     assert role["metadata"]["namespace"] == "kgo-system"
-    names = [leases.lease_name(f"{FULLNAME}-partition", p) for p in range(partitions)]
+    prefix = f"{FULLNAME}-partition"
+    pods = [f"{FULLNAME}-{index}" for index in range(replicas)]
+    # Only its names are asked for: no API is called.
+    alive = elector.ReplicaLeases(kube_client.KubeClient(), "kgo-system", prefix, pods[0], pods, 15)
+    names = [leases.lease_name(prefix, p) for p in range(partitions)] + [
+        alive.lease_name(index) for index in range(replicas)
+    ]
     assert role["rules"] == [
         # A create is authorized before its object has a name: it cannot be narrowed.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},

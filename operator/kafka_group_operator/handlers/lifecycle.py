@@ -21,6 +21,7 @@ import kopf
 from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
+from kafka_group_operator.api import internal as api_internal
 from kafka_group_operator.api import metrics as metrics_api
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import lag_health
@@ -171,7 +172,17 @@ async def _start_coordinator(
         # a token is answered COORDINATOR_LOAD_IN_PROGRESS (retriable), never refused.
         group_tokens = tokens.GroupTokens(loaded=False)
         directory = shards.directory() if shards is not None else None
-        runner = web.AppRunner(api_app.build_app(runtime, group_tokens, directory), access_log=None)
+        # The internal API: the control plane (whichever replica runs it) reaches the groups
+        # served here through it.
+        served_here = (
+            api_internal.InProcessCoordinator(runtime, group_tokens, config.kafka_config)
+            if config.internal_token is not None
+            else None
+        )
+        runner = web.AppRunner(
+            api_app.build_app(runtime, group_tokens, directory, served_here, config.internal_token),
+            access_log=None,
+        )
         await runner.setup()
         kafka_listener = protocol_listener.Listener(
             runtime,
@@ -250,6 +261,8 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
             # Give the partitions up and release their Leases: the others take them at once.
             await shards.stop()
         await state.runtime.stop()
+        if state.coordinators is not None:
+            await state.coordinators.close()
         memo[STATE_KEY] = None
         memo[SLOT_KEY] = None
         logger.info("coordinator stopped")
