@@ -8,14 +8,17 @@ job together with everything it started.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
@@ -153,6 +156,8 @@ def test_an_unmodified_kafka_client_joins_through_the_gateway_owns_and_commits(
         state_partitions=1,
         directory=tmp_path,
         kafka_listener=True,
+        mirror_interval_s=1,
+        metrics=True,
     )
     # The client is the README's example, which imports nothing of ours (tested there).
     assert test_gateway_readme.readme_consumer() == demo.KAFKA_CLIENT
@@ -175,6 +180,61 @@ def test_an_unmodified_kafka_client_joins_through_the_gateway_owns_and_commits(
         # Stopped as a pod is (SIGTERM): the client leaves; the library member takes all.
         group.stop_kafka_clients()
         group.wait_settled({"orders-0"}, timeout=60)
+
+        # The demo's end: the producer stops, the members catch up, and the brokers' own group
+        # comes to carry the coordinator's offsets (raises DemoFailed otherwise).
+        out = io.StringIO()
+        demo.mirror_and_metrics(demo.Screen(group, out), producer)
+        with contextlib.closing(group.client()) as coordinator:
+            ours = coordinator.fetch()
+        ends = {(group.topic, p): end for p, end in producer.produced.items()}
+        assert ours == ends  # every message committed, both members' commits among them
+        # Read here on its own, with a consumer of the group that never joins (OffsetFetch).
+        native = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group.group})
+        try:
+            answered = native.committed(
+                [TopicPartition(group.topic, p) for p in range(group.partitions)], timeout=10
+            )
+        finally:
+            native.close()
+        theirs = {(tp.topic, tp.partition): tp.offset for tp in answered}
+        assert theirs == ours
+        text = out.getvalue()
+        assert f"the brokers' own group {group.group} " in text
+        table = demo.offsets_table(
+            group.topic, [("coordinator", ours), ("brokers' group", theirs), ("log end", ends)]
+        )
+        assert "\n".join(table) + "\n" in text
+        # The /metrics lines: kafka-lag-exporter's series of partition 0 and of the group,
+        # the mirror's, and the coordinator's counters, scraped from the running process.
+        printed = text.split("/metrics (kafka-lag-exporter's names and labels)")[1].splitlines()
+        series = {line.strip().split("{")[0].split(" ")[0] for line in printed[1:]}
+        assert {
+            "kafka_consumergroup_group_offset",
+            "kafka_consumergroup_group_lag",
+            "kafka_consumergroup_group_max_lag",
+            "kafka_consumergroup_group_sum_lag",
+            "kgo_offsets_mirrored",
+            "kgo_heartbeats_total",
+            "kgo_offset_commits_total",
+        } <= series
+        offset_line = next(
+            line for line in printed if line.strip().startswith("kafka_consumergroup_group_offset{")
+        )
+        assert 'partition="0"' in offset_line
+        assert f'group="{group.group}"' in offset_line
+        assert float(offset_line.rsplit(" ", 1)[1]) == ours[(group.topic, 0)]
+        mirrored = next(
+            line for line in printed if line.strip().startswith("kgo_offsets_mirrored{")
+        )
+        assert 'reason="CaughtUp"' in mirrored
+        assert mirrored.endswith(" 1.0")
+        # Partitions 1 to 3 left out: at least their offsets (their lag once its log end is read).
+        left_out = re.fullmatch(
+            r"  \.\.\. and (\d+) more lines of the other partitions", printed[-1]
+        )
+        assert left_out is not None
+        assert int(left_out.group(1)) >= 3
     finally:
         producer.stop()
         group.stop()

@@ -8,8 +8,11 @@ commits; the group scales 3 -> 5 -> 3 and a member restarts, showing that the re
 no partition. Then it snapshots the group's committed offsets with the Spark snapshot job on
 local Spark, lets the members consume on, restores the snapshot (the restore job's dry-run
 plan first, then the plan applied through the coordinator) and checks that the offsets are
-back exactly at the snapshot and that the members resume from there. Stops by itself after
-about three to four minutes; Ctrl-C stops it cleanly too, Spark job included.
+back exactly at the snapshot and that the members resume from there. At the end the producer
+stops and the demo shows that the brokers' own group of the same id carries exactly the
+coordinator's committed offsets (the offset mirror, every second here), then the group's
+lines of the coordinator's ``/metrics``. Stops by itself after about three to four minutes;
+Ctrl-C stops it cleanly too, Spark job included.
 
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
 rebalance benchmark. A member process is this module run with ``member``: a ``GroupMember``
@@ -281,6 +284,12 @@ class LocalGroup:
     # The coordinator's Kafka listener (``kgo coordinator --kafka-port``), for the gateway.
     kafka_listener: bool = False
     kafka_port: int = 0
+    # Seconds between the offset mirror's commits into the brokers' own group of the same id
+    # (``mirrorIntervalSeconds``); None turns the mirror off (``mirrorToKafka: false``).
+    mirror_interval_s: int | None = None
+    # The coordinator's Prometheus metrics (``kgo coordinator --metrics-port``).
+    metrics: bool = False
+    metrics_port: int = 0
     gateway: subprocess.Popen[bytes] | None = None
     gateway_port: int = 0
     # instance -> an unmodified Kafka client's process (``KAFKA_CLIENT``), through the gateway
@@ -331,6 +340,11 @@ class LocalGroup:
                         "sessionTimeoutMs": self.session_timeout_ms,
                         "heartbeatIntervalMs": self.heartbeat_interval_ms,
                         "topics": [self.topic],
+                        **(
+                            {"mirrorToKafka": False}
+                            if self.mirror_interval_s is None
+                            else {"mirrorIntervalSeconds": self.mirror_interval_s}
+                        ),
                     }
                 }
             )
@@ -340,6 +354,9 @@ class LocalGroup:
         if self.kafka_listener:
             self.kafka_port = embedded.free_port()
             listener = ["--kafka-port", str(self.kafka_port)]
+        if self.metrics:
+            self.metrics_port = embedded.free_port()
+            listener += ["--metrics-port", str(self.metrics_port)]
         self.coordinator = subprocess.Popen(
             [
                 sys.executable,
@@ -749,10 +766,11 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
 
     The job reads up to the demo coordinator's read fence (``--coordinator-url``, with the
     group's token in its environment, never on its command line)."""
-    # The operator's own reading of a job's output; imported here, as it loads kopf.
-    from kafka_group_operator.handlers import snapshots
+    # The operator's own reading of a job's output; imported here, as it loads the
+    # Kubernetes client, which member processes (this module too) do not need.
+    from kafka_group_operator.jobs import runner
 
-    master = snapshots.LOCAL_MASTER
+    master = runner.LOCAL_MASTER
     stdout_path = screen.group.directory / f"{job}.out"
     log_path = screen.group.directory / f"{job}.log"
     with stdout_path.open("wb") as stdout, log_path.open("wb") as log:
@@ -784,7 +802,7 @@ def run_job(screen: Screen, job: str, arguments: list[str], caption: str) -> dic
     finally:
         if process.poll() is None:
             stop_process_group(process)
-    outcome = snapshots.outcome_of(
+    outcome = runner.outcome_of(
         process.returncode, stdout_path.read_text(), log_path.read_text(errors="replace")
     )
     if not outcome.succeeded or outcome.result is None:
@@ -1005,6 +1023,118 @@ def kafka_client_joins(screen: Screen, instance: str, seconds: float) -> None:
     screen.watch(caption, max(seconds - joined, 0), before=before)
 
 
+def native_offsets(
+    bootstrap: str, group_id: str, topic: str, partitions: int
+) -> dict[TopicPartition, int]:
+    """The committed offsets of the brokers' own group ``group_id``, as any Kafka tool reads
+    them: an OffsetFetch by a consumer of the group that never joins it (not the admin
+    client's group calls, which can abort the whole process when a connection drops)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        answered = consumer.committed(
+            [KafkaTopicPartition(topic, p) for p in range(partitions)], timeout=10
+        )
+    finally:
+        consumer.close()
+    # A negative offset is the brokers' "none committed".
+    return {(tp.topic, tp.partition): tp.offset for tp in answered if tp.offset >= 0}
+
+
+# Counters of the coordinator's own shown beside the group's lines.
+_COORDINATOR_SERIES = ("kgo_heartbeats_total", "kgo_offset_commits_total", "kgo_rebalances_total")
+
+
+def metrics_lines(url: str, group_id: str, partition: int = 0) -> tuple[list[str], int]:
+    """The group's lines of a ``/metrics`` page (its per-partition series only for
+    ``partition``) and the coordinator's request counters; and how many per-partition lines
+    of the group were left out."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    shown: list[str] = []
+    left_out = 0
+    group_label = f'group="{group_id}"'
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if group_label in line:
+            if "partition=" in line and f'partition="{partition}"' not in line:
+                left_out += 1
+                continue
+            shown.append(line)
+        elif line.split(" ", 1)[0] in _COORDINATOR_SERIES:
+            shown.append(line)
+    return shown, left_out
+
+
+def mirror_and_metrics(screen: Screen, producer: Producer) -> None:
+    """The end: the producer stops, the members catch up, and the brokers' own group of the
+    same id comes to carry exactly the coordinator's offsets (the offset mirror, which makes
+    them visible to Kafka's own tools); then the group's lines of the coordinator's
+    ``/metrics``. Fails unless the two sets of offsets meet."""
+    group = screen.group
+    assert group.broker is not None
+    producer.stop()
+    ends = {(group.topic, p): end for p, end in producer.produced.items()}
+    ours: dict[TopicPartition, int] = {}
+    theirs: dict[TopicPartition, int] = {}
+
+    def mirrored() -> bool:
+        assert group.broker is not None
+        try:
+            with contextlib.closing(group.client()) as coordinator:
+                now = coordinator.fetch()
+            native = native_offsets(
+                group.broker.bootstrap, group.group, group.topic, group.partitions
+            )
+        except Exception:
+            return False  # not answering this once: the next frame asks again
+        ours.clear()
+        ours.update(now)
+        theirs.clear()
+        theirs.update(native)
+        # Every message consumed and committed, and the brokers' group at the same place.
+        return all(ours.get(tp) == end for tp, end in ends.items()) and theirs == ours
+
+    caption = (
+        f"the producer stopped: the members catch up, the mirror commits into the brokers' "
+        f"group {group.group} (every {group.mirror_interval_s} s)"
+    )
+    if not screen.watch(caption, 30, until=mirrored):
+        screen.note(
+            "",
+            *offsets_table(
+                group.topic, [("log end", ends), ("coordinator", ours), ("brokers' group", theirs)]
+            ),
+        )
+        raise DemoFailed("the brokers' own group does not carry the coordinator's offsets")
+    screen.note(
+        "",
+        f"the brokers' own group {group.group} (an OffsetFetch, as kafka-consumer-groups.sh, "
+        "Burrow or KEDA read it) carries the coordinator's offsets:",
+        *offsets_table(
+            group.topic, [("coordinator", ours), ("brokers' group", theirs), ("log end", ends)]
+        ),
+    )
+    url = f"http://127.0.0.1:{group.metrics_port}/metrics"
+    lines, left_out = metrics_lines(url, group.group)
+    screen.note(
+        "",
+        f"{url} (kafka-lag-exporter's names and labels), the lines of {group.group}:",
+        *(f"  {line}" for line in lines),
+        f"  ... and {left_out} more lines of the other partitions",
+    )
+
+
 def _by_topic(partitions: list[TopicPartition]) -> dict[str, list[int]]:
     grouped: dict[str, list[int]] = {}
     for topic, partition in partitions:
@@ -1036,7 +1166,9 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
             "orders-1 crashed (kill -9) and restarted in its pod: nothing moves",
         ),
     ]
-    group = LocalGroup(group="demo.orders", work_ms=2.0, kafka_listener=True)
+    group = LocalGroup(
+        group="demo.orders", work_ms=2.0, kafka_listener=True, mirror_interval_s=1, metrics=True
+    )
     screen = Screen(group, out)
     producer: Producer | None = None
     try:
@@ -1074,6 +1206,7 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
             screen.watch(caption, duration, before=before)
         with contextlib.closing(group.client()) as coordinator:
             snapshot_and_restore(screen, coordinator)
+        mirror_and_metrics(screen, producer)
         out.write("\ndemo finished\n")
         return 0
     except DemoFailed as failure:
