@@ -46,7 +46,6 @@ assert SNAPSHOT.spark is not None
 # CRD path -> the typed view's value for a spec that leaves the field out.
 VIEWS: dict[tuple[str, str], Callable[[], Any]] = {
     ("offsetsnapshots", "storage.format"): lambda: SNAPSHOT.storage.format,
-    ("offsetsnapshots", "spark.mode"): lambda: SNAPSHOT.spark.mode,  # type: ignore[union-attr]
     ("consumergroups", "offsetReset.dryRun"): lambda: RESET.dry_run,
     ("consumergroups", "snapshots.historyLimit"): lambda: SCHEDULE.history_limit,
     ("consumergroups", "snapshots.storage.format"): lambda: SCHEDULE.storage.format,
@@ -69,6 +68,14 @@ def test_every_crd_default_has_a_view_and_they_agree() -> None:
     assert set(found) == set(VIEWS)
     for key, value in found.items():
         assert VIEWS[key]() == value, key
+
+
+def test_an_unset_spark_mode_is_the_operators_choice() -> None:
+    # No CRD default: the API server must not fill in a mode that overrides the chart's.
+    mode = crd_spec("offsetsnapshots")["properties"]["spark"]["properties"]["mode"]
+    assert "default" not in mode
+    assert SNAPSHOT.spark is not None
+    assert SNAPSHOT.spark.mode is None
 
 
 def test_explicit_fields_are_kept() -> None:

@@ -39,7 +39,7 @@ class Storage:
 class SparkOverrides:
     """An OffsetSnapshot's ``spec.spark``: what it changes of the chart's Spark settings."""
 
-    mode: str = "auto"
+    mode: str | None = None  # None: the operator's configured mode (the chart's spark.mode)
     image: str | None = None
     service_account: str | None = None
     driver: Mapping[str, Any] = field(default_factory=dict)
@@ -110,7 +110,11 @@ def parse_offset_snapshot(name: str, namespace: str, spec: Mapping[str, Any]) ->
     if spec.get("spark") is not None:
         raw = _mapping(spec["spark"], "spark")
         spark = SparkOverrides(
-            mode=consumer_group._choice(raw, "mode", SPARK_MODES, prefix="spark."),
+            mode=(
+                None
+                if raw.get("mode") is None
+                else consumer_group._choice(raw, "mode", SPARK_MODES, prefix="spark.")
+            ),
             image=raw.get("image"),
             service_account=raw.get("serviceAccount"),
             driver=dict(raw.get("driver") or {}),
