@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("KUBECONFIG", "KGO_E2E_IMAGE", "KGO_E2E_BOOTSTRAP")
 RELEASE = "kgo"
-# The chart's names for release "kgo": the operator's Deployment, Service and ServiceAccount.
+# The chart's names for release "kgo": the operator's StatefulSet, Service and ServiceAccount.
 OPERATOR = f"{RELEASE}-kafka-group-operator"
 OPERATOR_SELECTOR = (
     f"app.kubernetes.io/name=kafka-group-operator,app.kubernetes.io/instance={RELEASE}"

@@ -1,6 +1,6 @@
 """The operator in a real cluster: helm install, the example ConsumerGroup reconciled by the
-chart's operator Deployment, scale, a pod restart (temporary leave), a scale-down (permanent
-leave) and deletion; what the API server refuses (a pod template, a name) reported; the
+chart's operator (one of its replicas), scale, a pod restart (temporary leave), a scale-down
+(permanent leave) and deletion; what the API server refuses (a pod template, a name) reported; the
 operator's identity granted every verb its code uses.
 
 Each test's timeout (``budget``) exceeds the sum of the bounded waits it may meet, the
@@ -67,7 +67,8 @@ def _wait_for(predicate: Any, within: float = WAIT_S) -> None:
 
 
 def _assert_the_charts_operator_reconciles(namespace: str) -> None:
-    """The chart's operator Deployment, and nothing else, reconciles the group."""
+    """The chart's operator, and nothing else, reconciles the group: one of its replicas
+    (kopf's peering pauses the handlers of the others)."""
     run(
         "kubectl", "wait", "pod", "-n", namespace, "-l", OPERATOR_SELECTOR,
         "--for=condition=Ready", f"--timeout={WAIT_S}s",
@@ -75,10 +76,14 @@ def _assert_the_charts_operator_reconciles(namespace: str) -> None:
     pods = json.loads(
         run("kubectl", "get", "pods", "-n", namespace, "-l", OPERATOR_SELECTOR, "-o", "json")
     )["items"]
-    assert len(pods) == 1, [pod["metadata"]["name"] for pod in pods]
-    # Its handler lines name the group ([namespace/name], kopf's per-object prefix).
-    logs = run("kubectl", "logs", pods[0]["metadata"]["name"], "-n", namespace)
-    assert f"[{namespace}/orders]" in logs, logs[-2000:]
+    assert len(pods) == 3, [pod["metadata"]["name"] for pod in pods]
+    # Handler lines name the group ([namespace/name], kopf's per-object prefix).
+    logs = {
+        pod["metadata"]["name"]: run("kubectl", "logs", pod["metadata"]["name"], "-n", namespace)
+        for pod in pods
+    }
+    handling = [name for name, text in logs.items() if f"[{namespace}/orders]" in text]
+    assert len(handling) == 1, {name: text[-2000:] for name, text in logs.items()}
     # The consumers were configured by it: they reach the member API on the chart's Service.
     stateful_set = json.loads(run("kubectl", "get", "sts/orders", "-n", namespace, "-o", "json"))
     (container,) = stateful_set["spec"]["template"]["spec"]["containers"]
