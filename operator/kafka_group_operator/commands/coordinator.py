@@ -17,7 +17,8 @@ partitions (``--state-partitions`` is the topic's partition count), and the grou
 others are answered ``NOT_COORDINATOR``. With ``--advertised-url`` and ``--peers
 25-49=http://b:8080,...`` (or ``--peers @FILE``, a JSON object ``{"25-49": "http://b:8080"}``)
 that answer names the group's coordinator, and ``GET /v1/groups/{group}/coordinator`` says
-who it is.
+who it is. ``--kafka-peers 25-49=b:9092,...`` does the same for Kafka clients: the Kafka
+listener's FindCoordinator names a group's coordinator by its Kafka listener.
 
 With ``--lease-namespace`` the partitions are not fixed but follow Kubernetes Leases, one per
 state partition (``handlers.lease_shards``): the processes named by ``--lease-replicas`` (their
@@ -135,6 +136,11 @@ def register(subparsers: Any) -> None:
         help="Lease duration in seconds (renew deadline 2/3 of it, retries every 1/6)",
     )
     parser.add_argument("--kube-server", help="the Kubernetes API server of the Leases (URL)")
+    parser.add_argument(
+        "--kafka-peers",
+        help="with --partitions and --kafka-port: the Kafka listeners of the coordinators "
+        "serving the other state partitions, SET=HOST:PORT,... (25-49=b:9092)",
+    )
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--min-insync-replicas", type=int, default=1)
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
@@ -208,6 +214,23 @@ def read_lease_settings(args: argparse.Namespace) -> Any:
     )
     settings.elector_config(args.state_partitions)  # the timing checks
     return settings
+
+
+def read_kafka_peers(args: argparse.Namespace, directory: discovery.Directory) -> Any:
+    """The Kafka listener's ``KafkaPeers`` from ``--kafka-peers`` (None without it);
+    ValueError naming the option."""
+    if args.kafka_peers is None:
+        return None
+    if args.kafka_port is None or args.lease_namespace is not None:
+        raise ValueError("--kafka-peers goes with --kafka-port, not with --lease-namespace")
+    from kafka_group_operator.protocol import peers
+
+    try:
+        return peers.KafkaPeers(
+            args.state_partitions, directory.served, peers.parse_kafka_peers(args.kafka_peers)
+        )
+    except ValueError as error:
+        raise ValueError(f"--kafka-peers: {error}") from None
 
 
 def _read_peers_file(path: Path) -> dict[int, str]:
@@ -337,6 +360,7 @@ async def serve(
                 advertised_host=args.kafka_advertised_host,
                 certificate_file=str(args.kafka_tls_cert) if args.kafka_tls_cert else None,
                 key_file=str(args.kafka_tls_key) if args.kafka_tls_key else None,
+                peers=read_kafka_peers(args, directory),
             ),
         )
     try:
@@ -451,6 +475,7 @@ def run(args: argparse.Namespace) -> int:
         mirror_intervals = read_mirror_intervals(args.groups) if args.groups is not None else {}
         directory = read_directory(args)
         lease_settings = read_lease_settings(args)
+        read_kafka_peers(args, directory)  # checked now: a wrong one is one line
     except (ValueError, TypeError) as error:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:

@@ -1,5 +1,10 @@
 """ApiVersions, Metadata and FindCoordinator: the listener presents itself as a one-node
-cluster whose node coordinates every group."""
+cluster whose node coordinates every group.
+
+When several coordinators split the state topic (``Services.peers``), FindCoordinator names
+each group's own coordinator (``COORDINATOR_NOT_AVAILABLE``, retriable, for a partition no
+peer is known to serve), and Metadata lists every coordinator as a node (leading no
+partition), so that a client finds the coordinator it was sent to among the nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafka_group_operator.coordinator import errors
-from kafka_group_operator.protocol import dispatch
+from kafka_group_operator.protocol import dispatch, peers
 
 # FindCoordinator key types (Kafka's FindCoordinatorRequest.CoordinatorType).
 GROUP_KEY_TYPE = 0
@@ -94,16 +99,51 @@ async def metadata(ctx: dispatch.RequestContext, request: Any) -> Any:
                 topic_authorized_operations=-2147483648,
             )
         )
-    broker = ctx.nested(
-        "MetadataResponseBroker", node_id=node.node_id, host=node.host, port=node.port, rack=None
+    brokers = tuple(
+        ctx.nested(
+            "MetadataResponseBroker",
+            node_id=each.node_id,
+            host=each.host,
+            port=each.port,
+            rack=None,
+        )
+        for each in [node, *_peer_nodes(ctx)]
     )
     return ctx.response(
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=ctx.services.cluster_id,
         controller_id=node.node_id,
         topics=tuple(topics),
         error_code=ErrorCode.none,
     )
+
+
+def _peer_nodes(ctx: dispatch.RequestContext) -> list[dispatch.Node]:
+    directory = ctx.services.peers
+    if directory is None:
+        return []
+    own = ctx.services.node
+    return [
+        dispatch.Node(peers.node_id_for(address), *address)
+        for address in directory.addresses()
+        if peers.node_id_for(address) != own.node_id
+    ]
+
+
+def _coordinator_of(ctx: dispatch.RequestContext, key: str) -> dispatch.Node:
+    """The node coordinating group ``key``; ``CoordinatorNotAvailable`` if none is known."""
+    directory = ctx.services.peers
+    if directory is None:
+        return ctx.services.node
+    location = directory.locate(key)
+    if location.is_self:
+        return ctx.services.node
+    if location.address is None:
+        raise errors.CoordinatorNotAvailable(
+            f"no coordinator is known for state partition {location.partition} "
+            f"(group {key!r}): see --kafka-peers"
+        )
+    return dispatch.Node(peers.node_id_for(location.address), *location.address)
 
 
 def _coordinator_error(ctx: dispatch.RequestContext, key: str, key_type: int) -> Any:
@@ -121,12 +161,22 @@ def _coordinator_error(ctx: dispatch.RequestContext, key: str, key_type: int) ->
     return None
 
 
+def _find(ctx: dispatch.RequestContext, key: str, key_type: int) -> tuple[Any, dispatch.Node]:
+    """The error for ``key`` (None if it is served) and its coordinator's node."""
+    error = _coordinator_error(ctx, key, key_type)
+    if error is not None:
+        return error, ctx.services.node
+    try:
+        return None, _coordinator_of(ctx, key)
+    except errors.CoordinatorError as unknown:
+        return unknown, ctx.services.node
+
+
 async def find_coordinator(ctx: dispatch.RequestContext, request: Any) -> Any:
-    """This node for every group: v0-v3 one ``key``, v4+ a batch of ``coordinator_keys``."""
-    node = ctx.services.node
+    """Each group's coordinator: v0-v3 one ``key``, v4+ a batch of ``coordinator_keys``."""
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     if ctx.api_version < 4:
-        error = _coordinator_error(ctx, request.key, key_type)
+        error, node = _find(ctx, request.key, key_type)
         return ctx.response(
             error_code=dispatch.error_code(error),
             error_message=error.message if error else None,
@@ -136,7 +186,7 @@ async def find_coordinator(ctx: dispatch.RequestContext, request: Any) -> Any:
         )
     coordinators = []
     for key in request.coordinator_keys:
-        error = _coordinator_error(ctx, key, key_type)
+        error, node = _find(ctx, key, key_type)
         coordinators.append(
             ctx.nested(
                 "Coordinator",

@@ -22,7 +22,7 @@ from kio.static.primitive import i32Timedelta
 
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.protocol import framing
+from kafka_group_operator.protocol import framing, peers
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
@@ -117,6 +117,8 @@ class Services:
     cluster_id: str = "kafka-group-operator"
     # How long SaslAuthenticate waits for the tokens to load (see ``sasl``).
     loading_hold_s: float = 5.0
+    # Who serves the groups of other state partitions (None: this listener serves all).
+    peers: peers.KafkaPeers | None = None
 
 
 @dataclass

@@ -10,7 +10,14 @@ connections. The gateway listens on loopback:
   everything else (ApiVersions, Metadata, ...) goes to a broker, so that the client sees one
   consistent cluster: the brokers' topics and nodes, and our coordinator;
 - one **broker port** per upstream broker, opened when a reply first names that broker: every
-  request goes to that broker.
+  request goes to that broker;
+- one **peer coordinator port** per other coordinator listener, opened when FindCoordinator
+  first names one (several coordinators splitting the state topic, ``protocol.peers``): it
+  serves like the coordinator port, with that listener for the group APIs. A group's
+  coordinator follows the listeners' answers: the coordinator port's FindCoordinator is
+  answered by the listener, and a broker's answer for a group is replaced by the listener's
+  (asked on a connection of the gateway's own), so that a client sent back by
+  ``NOT_COORDINATOR`` lands on the group's coordinator whichever node it asks.
 
 Requests are forwarded byte for byte; the gateway reads no further than the request header,
 and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
@@ -42,9 +49,11 @@ from typing import Any
 import scramp  # type: ignore[import-untyped]
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.metadata.v1.request import MetadataRequest
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i8, i16, i32
 
 from kafka_group_operator.protocol import framing
 
@@ -301,8 +310,23 @@ class _Broker:
         return port
 
 
-# What a rewritten reply needs of its request: api key, version, FindCoordinator's key type.
-_Pending = tuple[int, int, int]
+# What a rewritten reply needs of its request: api key, version, FindCoordinator's key type
+# and keys.
+_Pending = tuple[int, int, int, tuple[str, ...]]
+
+
+@dataclass
+class _PeerCoordinator:
+    """Another coordinator's listener and the local port that stands for it."""
+
+    node_id: int
+    address: tuple[str, int]
+    server: asyncio.Server
+
+    @property
+    def port(self) -> int:
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
 
 
 class Gateway:
@@ -315,6 +339,13 @@ class Gateway:
         self._broker_lock = asyncio.Lock()
         self._connections: set[asyncio.Task[Any]] = set()
         self._next_bootstrap = 0
+        # Other coordinators' listeners by address, and the gateway's own connection to the
+        # configured listener, on which it asks who coordinates a group.
+        self._peers: dict[tuple[str, int], _PeerCoordinator] = {}
+        self._resolver: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._resolver_lock = asyncio.Lock()
+        self._resolver_calls = 0
+        self._listener_node_id: int | None = None
         # The listener's API versions, from the gateway's ApiVersions on each connection.
         self._listener_versions: dict[int, tuple[int, int]] = {}
 
@@ -333,14 +364,25 @@ class Gateway:
             self._serve_coordinator_port, self.config.host, self.config.port, limit=STREAM_LIMIT
         )
 
+    def peer_ports(self) -> dict[tuple[str, int], int]:
+        """Other coordinators' listener address -> its local port, for those seen so far."""
+        return {address: peer.port for address, peer in self._peers.items()}
+
     async def stop(self) -> None:
-        servers = [self._server, *(broker.server for broker in self._brokers.values())]
+        servers = [
+            self._server,
+            *(broker.server for broker in self._brokers.values()),
+            *(peer.server for peer in self._peers.values()),
+        ]
         for server in servers:
             if server is not None:
                 server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._resolver is not None:
+            await _close(self._resolver[1])
+            self._resolver = None
 
     # -- connections ------------------------------------------------------------------
 
@@ -410,10 +452,25 @@ class Gateway:
     async def _serve_coordinator_port(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        await self._serve("coordinator port", self._route(reader, writer), writer)
+        route = self._route(reader, writer, self.config.coordinator)
+        await self._serve("coordinator port", route, writer)
 
-    async def _route(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Two upstreams (the listener for ``GROUP_APIS``, a broker for the rest), each
+    async def _serve_peer_port(
+        self,
+        address: tuple[str, int],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        route = self._route(reader, writer, address)
+        await self._serve(f"port of coordinator {address[0]}:{address[1]}", route, writer)
+
+    async def _route(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: tuple[str, int],
+    ) -> None:
+        """Two upstreams (the ``listener`` for ``GROUP_APIS``, a broker for the rest), each
         opened on first use; replies go back in request order, as Kafka clients expect."""
         lanes: dict[str, _Lane] = {}
         # Bounded: a client that sends without reading stops being read (as a broker mutes it).
@@ -422,7 +479,7 @@ class Gateway:
         async def lane(kind: str) -> _Lane:
             if kind not in lanes:
                 if kind == "listener":
-                    up_reader, up_writer = await self._connect_listener()
+                    up_reader, up_writer = await self._connect_listener(listener)
                 else:
                     up_reader, up_writer = await self._connect_bootstrap()
                 lanes[kind] = _Lane(up_reader, up_writer, self.config.max_response_bytes)
@@ -462,10 +519,11 @@ class Gateway:
             for each in lanes.values():
                 await each.close()
 
-    async def _connect_listener(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect_listener(
+        self, address: tuple[str, int]
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         up_reader, up_writer = await connect(
-            self.config.coordinator,
-            dataclasses.replace(self.config.coordinator_security, sasl=None),
+            address, dataclasses.replace(self.config.coordinator_security, sasl=None)
         )
         try:
             # The listener's versions, for the ApiVersions replies of the coordinator port.
@@ -482,6 +540,11 @@ class Gateway:
             sasl = self.config.coordinator_security.sasl
             if sasl is not None:
                 await authenticate(up_reader, up_writer, sasl)
+            if address == self.config.coordinator and self._listener_node_id is None:
+                # Its own node id (its Metadata's controller): FindCoordinator answers that
+                # name it mean the coordinator port, whatever address it advertises.
+                metadata = await _call(up_reader, up_writer, MetadataRequest(topics=()), -5)
+                self._listener_node_id = int(metadata.controller_id)
         except (OSError, framing.FrameError) as error:
             await _close(up_writer)
             raise UpstreamError(f"coordinator listener: {error}") from None
@@ -508,14 +571,17 @@ class Gateway:
 
     def _entry(self, header: framing.RequestHeader, payload: bytes) -> _Pending:
         key_type = GROUP_KEY_TYPE
+        keys: tuple[str, ...] = ()
         if header.api_key == FIND_COORDINATOR:
-            # Its reply depends on the key type: the one request body the gateway reads.
+            # Its reply depends on the key type and keys: the one request body the gateway
+            # reads.
             _, body = framing.read_request(payload)
             key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
-        return header.api_key, header.api_version, key_type
+            keys = (str(body.key),) if header.api_version < 4 else tuple(body.coordinator_keys)
+        return header.api_key, header.api_version, key_type, keys
 
     async def _rewrite(self, payload: bytes, entry: _Pending, *, coordinator_port: bool) -> bytes:
-        api_key, version, key_type = entry
+        api_key, version, key_type, keys = entry
         try:
             schema = framing.response_type(api_key, version)
             correlation_id, body = framing.read_response(payload, schema)
@@ -535,7 +601,7 @@ class Gateway:
             brokers += self._coordinator_node(brokers, "broker_id")
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == FIND_COORDINATOR:
-            body = await self._find_coordinator(body, version, key_type, coordinator_port)
+            body = await self._find_coordinator(body, version, key_type, keys, coordinator_port)
         return framing.encode_response(api_key, version, correlation_id, body)[4:]
 
     def _coordinator_node(self, brokers: list[Any], id_field: str) -> list[Any]:
@@ -545,11 +611,19 @@ class Gateway:
         connection at each metadata refresh (librdkafka closes it as a "nodename change"
         after every JoinGroup). It leads no partition and is not the controller: the brokers'
         partitions and controller id are the brokers' own."""
-        node_id = self.config.coordinator_node_id
-        if not brokers or any(int(getattr(b, id_field)) == node_id for b in brokers):
+        nodes = [(self.config.coordinator_node_id, self.port)]
+        nodes += [(peer.node_id, peer.port) for peer in self._peers.values()]
+        taken = {int(getattr(b, id_field)) for b in brokers}
+        if not brokers:
             return []
-        fields = {id_field: i32(node_id), "host": self.config.host, "port": i32(self.port)}
-        return [_replace(brokers[0], {**fields, "rack": None})]
+        return [
+            _replace(
+                brokers[0],
+                {id_field: i32(node_id), "host": self.config.host, "port": i32(port), "rack": None},
+            )
+            for node_id, port in nodes
+            if node_id not in taken
+        ]
 
     async def _local(self, node: Any, node_id: int) -> Any:
         """``node`` (a broker of a reply) with the address of its local port."""
@@ -574,16 +648,28 @@ class Gateway:
             return broker
 
     async def _find_coordinator(
-        self, body: Any, version: int, key_type: int, coordinator_port: bool
+        self,
+        body: Any,
+        version: int,
+        key_type: int,
+        keys: tuple[str, ...],
+        coordinator_port: bool,
     ) -> Any:
-        coordinator = (self.config.coordinator_node_id, self.config.host, self.port)
+        owners: dict[str, tuple[int, str, int]] = {}
+        if key_type == GROUP_KEY_TYPE and not coordinator_port:
+            # A broker's answer: the listener says who coordinates these groups.
+            owners = await self._owners(keys)
 
-        async def place(node_id: int, host: str, port: int, error: ErrorCode) -> tuple[Any, ...]:
+        async def place(
+            key: str, node_id: int, host: str, port: int, error: ErrorCode
+        ) -> tuple[Any, ...]:
             if key_type == GROUP_KEY_TYPE:
                 if coordinator_port and error != ErrorCode.none:
                     return (node_id, host, port, error)  # the listener's refusal, as it is
-                # Whatever a broker said of its own coordinator: ours coordinates the group.
-                return (*coordinator, ErrorCode.none)
+                # The listener's answer on the coordinator ports; for a broker's, the
+                # listener's if it gave one, else ours coordinates the group.
+                owner = (node_id, host, port) if coordinator_port else owners.get(key)
+                return (*await self._coordinator_local(owner), ErrorCode.none)
             if error != ErrorCode.none:
                 return (node_id, host, port, error)
             broker = await self._broker(node_id, (host, port))
@@ -591,7 +677,11 @@ class Gateway:
 
         if version < 4:
             node_id, host, port, error = await place(
-                int(body.node_id), str(body.host), int(body.port), body.error_code
+                keys[0] if keys else "",
+                int(body.node_id),
+                str(body.host),
+                int(body.port),
+                body.error_code,
             )
             fields: dict[str, Any] = {"node_id": i32(node_id), "host": host, "port": i32(port)}
             if error != body.error_code:
@@ -600,7 +690,11 @@ class Gateway:
         coordinators = []
         for entry in body.coordinators:
             node_id, host, port, error = await place(
-                int(entry.node_id), str(entry.host), int(entry.port), entry.error_code
+                str(entry.key),
+                int(entry.node_id),
+                str(entry.host),
+                int(entry.port),
+                entry.error_code,
             )
             coordinators.append(
                 dataclasses.replace(
@@ -613,6 +707,60 @@ class Gateway:
                 )
             )
         return dataclasses.replace(body, coordinators=tuple(coordinators))
+
+    async def _coordinator_local(self, owner: tuple[int, str, int] | None) -> tuple[int, str, int]:
+        """The local node standing for the coordinator listener ``owner`` (node id, host,
+        port): the coordinator port for the configured one (or no owner known), else that
+        peer's port."""
+        if (
+            owner is None
+            or owner[0] == self._listener_node_id
+            or owner[1:] == self.config.coordinator
+        ):
+            return self.config.coordinator_node_id, self.config.host, self.port
+        address = (owner[1], owner[2])
+        async with self._broker_lock:
+            peer = self._peers.get(address)
+            if peer is None:
+                server = await asyncio.start_server(
+                    lambda r, w: self._serve_peer_port(address, r, w),
+                    self.config.host,
+                    0,
+                    limit=STREAM_LIMIT,
+                )
+                node_id = self.config.coordinator_node_id + 1 + len(self._peers)
+                peer = self._peers[address] = _PeerCoordinator(node_id, address, server)
+                logger.info("coordinator %s:%s on port %s", *address, peer.port)
+        return peer.node_id, self.config.host, peer.port
+
+    async def _owners(self, keys: tuple[str, ...]) -> dict[str, tuple[int, str, int]]:
+        """Who coordinates each group, as the configured listener answers FindCoordinator
+        (v4, batched); groups it refuses, and any failure, are left out (the caller then
+        names the configured listener, as with a single coordinator)."""
+        if not keys:
+            return {}
+        async with self._resolver_lock:
+            try:
+                if self._resolver is None:
+                    self._resolver = await self._connect_listener(self.config.coordinator)
+                self._resolver_calls += 1
+                request = FindCoordinatorRequest(
+                    key_type=i8(GROUP_KEY_TYPE), coordinator_keys=tuple(keys)
+                )
+                reply = await asyncio.wait_for(
+                    _call(*self._resolver, request, self._resolver_calls), 10.0
+                )
+            except (OSError, TimeoutError, framing.FrameError, UpstreamError) as error:
+                logger.info("cannot ask the coordinator listener who coordinates: %s", error)
+                if self._resolver is not None:
+                    await _close(self._resolver[1])
+                    self._resolver = None
+                return {}
+        return {
+            str(entry.key): (int(entry.node_id), str(entry.host), int(entry.port))
+            for entry in reply.coordinators
+            if entry.error_code == ErrorCode.none
+        }
 
     def _merge_versions(self, body: Any, coordinator_port: bool) -> Any:
         """The brokers' ApiVersions, the replies the gateway rewrites capped at the versions

@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from kafka_group_operator.api import tokens
-from kafka_group_operator.protocol import dispatch, framing, routes
+from kafka_group_operator.protocol import dispatch, framing, peers, routes
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ class ListenerConfig:
     # answered COORDINATOR_LOAD_IN_PROGRESS: below the clients' request timeouts (30 s in
     # Java, the gateway's 10 s).
     loading_hold_s: float = 5.0
+    # Several coordinators splitting the state topic: who serves the other partitions'
+    # groups (FindCoordinator names them). The node id is then derived from the advertised
+    # address (``peers.node_id_for``), so that every coordinator names this one alike.
+    peers: peers.KafkaPeers | None = None
     # TLS when both are given (PEM files).
     certificate_file: str | None = None
     key_file: str | None = None
@@ -106,13 +110,16 @@ class Listener:
         host = config.advertised_host or config.host
         if host in _WILDCARDS:
             host = socket.getfqdn()  # a wildcard address is no address a client can use
-        node = dispatch.Node(config.node_id, host, config.advertised_port or self.port)
+        port = config.advertised_port or self.port
+        node_id = config.node_id if config.peers is None else peers.node_id_for((host, port))
+        node = dispatch.Node(node_id, host, port)
         self._services = dispatch.Services(
             self._coordinator,
             self._token_store,
             node,
             self._table,
             loading_hold_s=config.loading_hold_s,
+            peers=config.peers,
         )
 
     async def stop(self) -> None:

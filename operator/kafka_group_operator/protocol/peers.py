@@ -1,0 +1,110 @@
+"""Which coordinator listener serves a group when several coordinators split the state topic.
+
+The Kafka-protocol twin of ``api.discovery.Directory``: ``kgo coordinator --partitions 0-24``
+serves only those state partitions, and ``--kafka-peers 25-49=b:9092,...`` names the Kafka
+listener of the coordinator serving each other one. FindCoordinator then answers a group's
+own coordinator (as a Kafka broker names the leader of the group's ``__consumer_offsets``
+partition), and Metadata lists every coordinator as a node, so that a client which met one
+through FindCoordinator finds it among the cluster's nodes.
+
+Node ids are derived from the listener's address (``node_id_for``): every coordinator gives
+the same id to the same listener without agreeing on anything else, and two listeners never
+share one (a client that took two coordinators for one node would send a group's requests
+to the wrong one). Specs are hostile input: a malformed one raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kafka_group_operator.api import discovery
+from kafka_group_records import partitioning
+
+Address = tuple[str, int]
+
+# Listener node ids start here, apart from the brokers' (as ``ListenerConfig.node_id``).
+FIRST_NODE_ID = 1_000_000
+_NODE_ID_SPAN = 1_000_000_000
+
+
+def node_id_for(address: Address) -> int:
+    """The node id of the listener at ``address``, the same in every coordinator."""
+    host, port = address
+    return FIRST_NODE_ID + zlib.crc32(f"{host}:{port}".encode()) % _NODE_ID_SPAN
+
+
+def parse_address(text: str) -> Address:
+    host, colon, port = text.strip().rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text.strip()!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def parse_kafka_peers(spec: str) -> dict[int, Address]:
+    """``"0-24=a:9092,25-49=b:9092"`` -> {partition: (host, port)}; a SET of several items is
+    written with ``+`` (``0-9+20=a:9092``), as ``--peers``. A partition named twice is an
+    error."""
+    peers: dict[int, Address] = {}
+    for entry in spec.split(","):
+        partitions, equals, address = entry.strip().partition("=")
+        if not equals:
+            raise ValueError(f"{spec!r}: {entry.strip()!r} is not PARTITIONS=HOST:PORT")
+        try:
+            parsed = parse_address(address)
+        except ValueError as error:
+            raise ValueError(f"{spec!r}: {error}") from None
+        for partition in discovery.parse_partition_set(partitions.replace("+", ",")):
+            if partition in peers and peers[partition] != parsed:
+                raise ValueError(
+                    f"{spec!r}: partition {partition} is given to "
+                    f"{peers[partition][0]}:{peers[partition][1]} and {parsed[0]}:{parsed[1]}"
+                )
+            peers[partition] = parsed
+    return peers
+
+
+@dataclass(frozen=True)
+class Location:
+    """A group's coordinator: this listener, a peer's, or unknown (no peer serves it)."""
+
+    partition: int
+    is_self: bool
+    address: Address | None
+
+
+@dataclass(frozen=True)
+class KafkaPeers:
+    """This listener serves ``served`` (``None``: every partition); ``peers`` the others."""
+
+    partitions: int
+    served: frozenset[int] | None = None
+    peers: Mapping[int, Address] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"the state topic has {self.partitions} partitions")
+        outside = sorted(p for p in self.peers if not 0 <= p < self.partitions)
+        if outside:
+            raise ValueError(
+                f"partitions {discovery.format_partition_set(set(outside))} are outside the "
+                f"state topic's 0-{self.partitions - 1}"
+            )
+        own = set(range(self.partitions)) if self.served is None else self.served
+        clashes = sorted(own & set(self.peers))
+        if clashes:
+            raise ValueError(
+                f"partitions {discovery.format_partition_set(set(clashes))} are served here "
+                "and given to a peer"
+            )
+
+    def locate(self, group_id: str) -> Location:
+        partition = partitioning.partition_for(group_id, self.partitions)
+        if self.served is None or partition in self.served:
+            return Location(partition, True, None)
+        return Location(partition, False, self.peers.get(partition))
+
+    def addresses(self) -> list[Address]:
+        """Every peer listener, each once, in a stable order."""
+        return sorted(set(self.peers.values()))
