@@ -7,6 +7,7 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafka_group_operator.coordinator import errors
 from kafka_group_operator.runtime import metrics
 
 
@@ -41,9 +42,9 @@ def test_counters_and_failures_by_request_and_error() -> None:
     runtime_metrics = metrics.RuntimeMetrics()
     runtime_metrics.commit_acknowledged(0.002)
     runtime_metrics.commit_acknowledged(0.003)
-    runtime_metrics.request_failed("heartbeat", metrics.errors.FencedMemberEpoch())
-    runtime_metrics.request_failed("heartbeat", metrics.errors.FencedMemberEpoch())
-    runtime_metrics.request_failed("offset_commit", metrics.errors.NotCoordinator())
+    runtime_metrics.request_failed("heartbeat", errors.FencedMemberEpoch())
+    runtime_metrics.request_failed("heartbeat", errors.FencedMemberEpoch())
+    runtime_metrics.request_failed("offset_commit", errors.NotCoordinator())
     samples = _samples(runtime_metrics)
     assert samples[("kgo_offset_commits_total", ())] == 2
     assert samples[("kgo_offset_commit_latency_seconds_count", ())] == 2
