@@ -27,6 +27,7 @@ from aiohttp import web
 
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import internal, tokens
+from kafka_group_operator.commands import kube_operator
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config as operator_config
@@ -225,3 +226,75 @@ async def test_the_handlers_reach_a_group_coordinated_by_another_replica(
             await b.runtime.describe_group(group_id)
         assert b.tokens.token_for(group_id) is None
         assert b.runtime.mirror.status(group_id) is None
+
+
+def _replicas_config(
+    kmock: kube.ApiServer, bootstrap: str, urls: tuple[str, ...], me: int, state_topic: str
+) -> operator_config.OperatorConfig:
+    port = int(urls[me].rsplit(":", 1)[1])
+    return kube.operator_config_for(
+        kmock,
+        bootstrap,
+        state_topic=state_topic,
+        state_partitions=PARTITIONS,
+        api_port=port,
+        coordinator_url=urls[0],
+        internal_token=TOKEN,
+        retry_base_seconds=0.5,
+        kafka_probe_timeout_seconds=2.0,
+        leases=UrlReplicas(
+            namespace=OPERATOR_NS,
+            pod_name=urls[me],
+            replicas=len(urls),
+            statefulset="kgo",
+            lease_prefix=PREFIX,
+            peer_url="{identity}",
+            lease_duration_seconds=LEASE_S,
+            urls=urls,
+        ),
+    )
+
+
+def _keep_alives(kmock: kube.ApiServer) -> dict[str, Any]:
+    peering = kmock.get("kopf.dev/v1/clusterkopfpeerings", None, "kgo") or {}
+    return dict(peering.get("status") or {})
+
+
+async def test_one_replica_runs_the_handlers_and_the_next_takes_over(
+    kmock: kube.ApiServer, broker: embedded.EmbeddedBroker, topic: str
+) -> None:
+    """kopf's peering, as ``kgo operator`` sets it up: the replica of top priority runs the
+    handlers, the other's are paused until it stops."""
+    urls = tuple(f"http://127.0.0.1:{embedded.free_port()}" for _ in range(2))
+    state_topic = f"kgo-state-peering-{urls[0].rsplit(':', 1)[1]}"
+    await kube.api_call(
+        kmock,
+        "POST",
+        "/apis/kopf.dev/v1/clusterkopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "kgo"}},
+    )
+    configs = [_replicas_config(kmock, broker.bootstrap, urls, me, state_topic) for me in (0, 1)]
+    priorities = [kube_operator.peering_for(config) for config in configs]
+    assert [p.priority for p in priorities] == [
+        kube_operator.PEERING_TOP_PRIORITY - n for n in (0, 1)
+    ]
+    active = kube.RunningOperator(configs[0], peering=("kgo", priorities[0].priority))
+    standby = kube.RunningOperator(configs[1], peering=("kgo", priorities[1].priority))
+    async with contextlib.AsyncExitStack() as running:
+        # The active one first: the standby starts paused (peering is mandatory) and finds a
+        # peer of higher priority at its first look, so it never resumes.
+        await running.enter_async_context(active)
+        await active.wait_for(lambda: len(_keep_alives(kmock)) == 1)
+        await running.enter_async_context(standby)
+        await active.wait_for(lambda: len(_keep_alives(kmock)) == 2)
+        await create(kmock, group_body(topic, broker.bootstrap))
+        await active.wait_for(lambda: active.state.reconciled.get((NS, "orders")) == 1, 60)
+        assert (condition(kmock, "Ready") or {}).get("reason") == "MembersNotReady"
+        # The standby's handlers never ran: nothing reconciled, no status refreshed.
+        assert standby.state.reconciled == {}
+        assert standby.state.lag_windows == {}
+        # The active replica stops (its keep-alive withdrawn): the standby takes over and
+        # reconciles the next change.
+        await active.__aexit__(None, None, None)
+        await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"replicas": 3}})
+        await standby.wait_for(lambda: standby.state.reconciled.get((NS, "orders")) == 2, 90)

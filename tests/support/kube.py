@@ -63,6 +63,13 @@ RESOURCES = {
     "v1/pods": dict(kind="Pod", singular="pod", subresources={"status"}),
     "v1/events": dict(kind="Event", singular="event", subresources=set()),
     "coordination.k8s.io/v1/leases": dict(kind="Lease", singular="lease", subresources=set()),
+    # kopf's peering objects: replicas keep their keep-alives in the status.
+    "kopf.dev/v1/clusterkopfpeerings": dict(
+        kind="ClusterKopfPeering",
+        singular="clusterkopfpeering",
+        namespaced=False,
+        subresources=set(),
+    ),
     # kopf waits for these two to be discoverable before it watches anything.
     "v1/namespaces": dict(kind="Namespace", singular="namespace", namespaced=False),
     "apiextensions.k8s.io/v1/customresourcedefinitions": dict(
@@ -381,10 +388,16 @@ class RunningOperator:
     """The operator (kopf + our handlers + the embedded coordinator) in a thread of its own."""
 
     def __init__(
-        self, config: operator_config.OperatorConfig, wait_for_coordinator: bool = True
+        self,
+        config: operator_config.OperatorConfig,
+        wait_for_coordinator: bool = True,
+        peering: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
         self.wait_for_coordinator = wait_for_coordinator
+        # (name, priority) of a ClusterKopfPeering to join, as the chart's replicas do; None:
+        # standalone.
+        self.peering = peering
         self.memo = kopf.Memo()
         self.memo[lifecycle.CONFIG_KEY] = config
         self._stop = threading.Event()
@@ -399,7 +412,9 @@ class RunningOperator:
         try:
             loop.run_until_complete(
                 kopf.operator(
-                    standalone=True,
+                    standalone=self.peering is None,
+                    peering_name=None if self.peering is None else self.peering[0],
+                    priority=None if self.peering is None else self.peering[1],
                     clusterwide=True,
                     memo=self.memo,
                     stop_flag=self._stop,

@@ -50,7 +50,8 @@ def peering_for(config: operator_config.OperatorConfig) -> Peering:
     leases = config.leases
     if leases is None:
         return Peering(standalone=True)
-    ordinal = int(leases.pod_name.rpartition("-")[2])
+    # The StatefulSet's ordinal: the replicas are listed in ordinal order.
+    ordinal = leases.identities.index(leases.pod_name)
     return Peering(
         standalone=False, name=leases.statefulset, priority=PEERING_TOP_PRIORITY - ordinal
     )
