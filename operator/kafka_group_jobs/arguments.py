@@ -202,6 +202,28 @@ def take_fence(
     return fence.obtain(bootstrap, topic, chosen, config, coordinator, group is None)
 
 
+def given_fence(text: str, partition_count: int) -> fence.ReadFence:
+    """A read fence the coordinator already took (``--fenced-ends``: JSON ``{partition: end}``
+    over every state partition): the operator takes one in-process for the compaction it runs,
+    which no group's token could ask for."""
+    try:
+        parsed = json.loads(text)
+        ends = {int(partition): int(end) for partition, end in parsed.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise errors.UsageError(
+            f"--fenced-ends must be a JSON object {{partition: end offset}}, not {text!r}"
+        ) from None
+    missing = sorted(set(range(partition_count)) - set(ends))
+    if missing or any(end < 0 for end in ends.values()):
+        raise errors.UsageError(
+            f"--fenced-ends must give an end offset of at least 0 for each of the state"
+            f" topic's {partition_count} partitions (missing: {missing or 'none'})"
+        )
+    return fence.ReadFence(
+        fence.COORDINATOR, {p: end for p, end in ends.items() if p < partition_count}
+    )
+
+
 def add_coordinator(parsed: argparse.ArgumentParser, what: str) -> None:
     """``--coordinator-url`` and ``--token``: the coordinator to ask (``what`` it is for)."""
     parsed.add_argument("--coordinator-url", help=f"the coordinator's HTTP API, {what}")
@@ -213,7 +235,8 @@ def add_coordinator(parsed: argparse.ArgumentParser, what: str) -> None:
 
 
 def coordinator_of(args: argparse.Namespace, group: str | None) -> fence.Coordinator | None:
-    """The coordinator ``--coordinator-url`` names (checked to be http(s)), or None."""
+    """The coordinator of ``group`` that ``--coordinator-url`` (checked to be http(s)) leads
+    to, or None."""
     url = args.coordinator_url
     if not url:
         return None
@@ -221,7 +244,8 @@ def coordinator_of(args: argparse.Namespace, group: str | None) -> fence.Coordin
         raise errors.UsageError(f"--coordinator-url: not an http(s) URL: {url}")
     if not group:
         raise errors.UsageError("--coordinator-url needs --group: its token authenticates")
-    return fence.Coordinator(url, group, args.token)
+    # The URL may be any coordinator's (a Service before several replicas): ask it whose.
+    return fence.locate(fence.Coordinator(url, group, args.token))
 
 
 def emit_result(result: dict[str, Any]) -> None:

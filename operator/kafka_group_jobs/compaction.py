@@ -1,9 +1,11 @@
 """Compaction job: the state topic reduced to its newest live record per key, as a checkpoint.
 
 ``python -m kafka_group_jobs.compaction --bootstrap B --output URI [--coordinator-url U
---group G]``. Reads every state partition up to a read fence (``fence``: from the coordinator
-when one is named, else the last stable offsets), keeps the newest record per key, and writes
-the checkpoint described in ``kafka_group_records.checkpoint``, and nothing else:
+--group G | --fenced-ends JSON]``. Reads every state partition up to a read fence (``fence``:
+from the coordinator when one is named, or the ends it already fenced, which the operator
+passes for the compaction it schedules; else the last stable offsets), keeps the newest record
+per key, and writes the checkpoint described in ``kafka_group_records.checkpoint``, and
+nothing else:
 
 * ``URI/records.parquet``: partition, offset, key, value, sorted by partition then offset;
 * ``URI/checkpoint.json``: the state-topic offsets the checkpoint covers, per partition, and
@@ -26,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kafka_group_jobs import arguments, fence, storage, topics
+from kafka_group_jobs import arguments, errors, fence, storage, topics
 from kafka_group_records import checkpoint
 
 if TYPE_CHECKING:
@@ -101,12 +103,22 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--output", required=True, help="storage URI of the checkpoint")
     parser.add_argument("--group", help="the group whose token authenticates the read fence")
     arguments.add_coordinator(parser, "asked for the read fence")
+    parser.add_argument(
+        "--fenced-ends",
+        help="JSON {partition: end}: a read fence the coordinator already took (every partition)",
+    )
     args = parser.parse_args(argv)
     coordinator = arguments.coordinator_of(args, args.group)
+    if coordinator is not None and args.fenced_ends:
+        raise errors.UsageError("--fenced-ends and --coordinator-url: give one read fence")
     config = arguments.kafka_config(args)
     storage.check_writable(args.output)
-    arguments.check_state_topic(args.bootstrap, args.topic, config)
-    fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator)
+    count = arguments.check_state_topic(args.bootstrap, args.topic, config)
+    fenced = (
+        arguments.given_fence(args.fenced_ends, count)
+        if args.fenced_ends
+        else arguments.take_fence(args.bootstrap, args.topic, config, coordinator)
+    )
     from kafka_group_jobs import session  # only now: see the module docstring
 
     with session.job_session("kafka-group-compaction", args.master) as spark:

@@ -18,6 +18,11 @@ so a job does not append load markers itself:
   exact on any broker.
 
 The kind of fence goes into every manifest a job writes, so a reader knows which it was.
+
+When several coordinators split the groups (the operator's replicas), ``--coordinator-url``
+may lead to one that does not serve the group: ``locate`` asks it first which one does
+(``GET /v1/groups/{group}/coordinator``, as Kafka's FindCoordinator) and the job talks to that
+one.
 """
 
 from __future__ import annotations
@@ -50,6 +55,30 @@ class Coordinator:
 class ReadFence:
     kind: str  # COORDINATOR or LAST_STABLE_OFFSET
     end_offsets: dict[int, int]  # partition -> exclusive end
+
+
+def locate(coordinator: Coordinator) -> Coordinator:
+    """The coordinator that serves ``coordinator.group``, as the given one names it.
+
+    Lenient: any failure keeps the given URL, whose own answer to the job's real call then
+    says what is wrong (a refused token, no coordinator there).
+    """
+    group = urllib.parse.quote(coordinator.group, safe="")
+    call = urllib.request.Request(
+        f"{coordinator.url.rstrip('/')}/v1/groups/{group}/coordinator",
+        headers={"Accept": "application/json"},
+    )
+    if coordinator.token:
+        call.add_header("Authorization", f"Bearer {coordinator.token}")
+    try:
+        with urllib.request.urlopen(call, timeout=TIMEOUT_S) as response:
+            reply: Any = json.loads(response.read() or b"{}")
+    except (OSError, ValueError):
+        return coordinator
+    url = reply.get("url") if isinstance(reply, dict) and not reply.get("self") else None
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        return coordinator
+    return Coordinator(url, coordinator.group, coordinator.token)
 
 
 def obtain(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_group_jobs import progress, source, topics
+from kafka_group_jobs import fence, progress, source, topics
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
 
@@ -366,3 +366,18 @@ def test_a_read_fence_the_coordinator_refuses_fails_before_spark_starts(
         f" GROUP_AUTHORIZATION_FAILED: the token is not valid for group {group.group!r}",
         1,
     )
+
+
+@pytest.mark.broker
+def test_a_job_talks_to_the_coordinator_that_serves_its_group(
+    coordinated: demo.LocalGroup,
+) -> None:
+    """A coordinator serving every partition names itself; a refused look-up keeps the URL
+    (the job's real call then says why)."""
+    group = coordinated
+    given = fence.Coordinator(group.coordinator_url, group.group, group.token)
+    assert fence.locate(given) == given
+    refused = fence.Coordinator(group.coordinator_url, group.group, "not-the-token")
+    assert fence.locate(refused) == refused
+    nowhere = fence.Coordinator("http://127.0.0.1:9", group.group, group.token)
+    assert fence.locate(nowhere) == nowhere

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 from typing import Any
 
 import jsonschema
@@ -192,3 +193,79 @@ async def test_stopping_the_local_runner_stops_its_processes(
     await local.stop()
     assert started[0].returncode is not None  # killed, not orphaned
     assert not local.tasks
+
+
+TOKEN = runs.group_token("payments", "s3cret-token-value")
+
+
+def test_a_run_unset_mode_is_the_operators_configured_mode() -> None:
+    assert runner.chosen_mode(None, "local") == "local"
+    assert runner.chosen_mode("operator", "local") == "operator"
+    with pytest.raises(ValueError, match=r"unknown spark\.mode 'yarn'"):
+        runner.chosen_mode(None, "yarn")
+
+
+@pytest.mark.parametrize("kind", ["snapshot", "online reset"])
+def test_a_group_job_asks_the_coordinator_with_the_token_by_reference(kind: str) -> None:
+    url = "http://kafka-group-operator.kgo.svc:8080"
+    if kind == "snapshot":
+        run = runs.snapshot_run(snapshot_body(), 1, "k:9092", "state", f"{NS}.payments", url, TOKEN)
+    else:
+        arguments = offset_jobs.restore_arguments(
+            "k:9092", "state", f"{NS}.payments", {"to": "earliest"}, ["orders"], None, url
+        )
+        run = runs.reset_run(GROUP, "0" * 16, arguments, "file:///results", TOKEN)
+    assert run.arguments[run.arguments.index("--coordinator-url") + 1] == url
+    application = runner.build_application(run, SETTINGS)
+    jsonschema.Draft7Validator(spark_operator.spark_application_schema()).validate(application)
+    # Only the driver calls the coordinator; it reads the token from the group's Secret.
+    assert application["spec"]["driver"]["env"] == [
+        {
+            "name": "KGO_GROUP_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "payments-group-token", "key": "token"}},
+        }
+    ]
+    assert "env" not in application["spec"]["executor"]
+    assert "s3cret-token-value" not in json.dumps(application)
+    assert "s3cret-token-value" not in repr(run)
+    # A local run: the token in the process's environment, never on its command line.
+    command = runner.local_command(run)
+    assert command[command.index("--coordinator-url") + 1] == url
+    assert "s3cret-token-value" not in " ".join(command)
+    environment = runner.local_environment(run, {"PATH": "/bin", "KGO_GROUP_TOKEN": "other"})
+    assert environment == {"PATH": "/bin", "KGO_GROUP_TOKEN": "s3cret-token-value"}
+
+
+def test_a_run_without_a_token_inherits_none() -> None:
+    run = every_job_kind()["compaction"]
+    assert runner.local_environment(run, {"KGO_GROUP_TOKEN": "leaked", "A": "b"}) == {"A": "b"}
+
+
+def test_the_jobs_read_the_token_from_the_variable_the_runners_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kafka_group_jobs import arguments
+
+    monkeypatch.setenv(runner.TOKEN_ENV, "from-the-environment")
+    parsed = arguments.parser("snapshot", "")
+    arguments.add_coordinator(parsed, "for the test")
+    args = parsed.parse_args(["--bootstrap", "k:1", "--coordinator-url", "http://c:8080"])
+    coordinator = arguments.coordinator_of(args, "g")
+    assert coordinator is not None
+    assert coordinator.token == "from-the-environment"
+
+
+def test_the_compaction_reads_up_to_the_fence_the_operator_took() -> None:
+    from kafka_group_jobs import arguments, errors, fence
+
+    due = datetime.datetime(2026, 11, 22, 3, tzinfo=datetime.UTC)
+    run = runs.compaction_run("k:9092", "state", "s3a://b/ckpt", due, "kgo", {1: 40, 0: 12})
+    given = run.arguments[run.arguments.index("--fenced-ends") + 1]
+    assert given == '{"0":12,"1":40}'
+    assert arguments.given_fence(given, 2) == fence.ReadFence(fence.COORDINATOR, {0: 12, 1: 40})
+    with pytest.raises(errors.UsageError, match=r"missing: \[2\]"):
+        arguments.given_fence(given, 3)
+    with pytest.raises(errors.UsageError, match="must be a JSON object"):
+        arguments.given_fence("[1, 2]", 2)
+    # Without a fence (a replica that does not serve every partition): the last stable offset.
+    assert "--fenced-ends" not in runs.compaction_run("k", "s", "s3a://b", due, "kgo").arguments

@@ -8,7 +8,9 @@ online restore of the snapshot, is ``test_online_reset``.
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -22,6 +24,7 @@ from kmock._internal import k8s
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.jobs import compaction, runs
 from kafka_group_operator.jobs import runner as job_runner
 from tests.schemas import spark_operator
 from tests.support import kube, topics
@@ -81,15 +84,15 @@ async def create_group(api: kube.ApiServer, topic: str, bootstrap: str, **spec: 
     )
 
 
-async def create_snapshot(api: kube.ApiServer, name: str, uri: str, mode: str) -> None:
-    body = {
+async def create_snapshot(api: kube.ApiServer, name: str, uri: str, mode: str | None) -> None:
+    body: dict[str, Any] = {
         "apiVersion": "kafkagroups.io/v1alpha1",
         "kind": "OffsetSnapshot",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "consumerGroupRef": {"name": "payments"},
             "storage": {"uri": uri},
-            "spark": {"mode": mode},
+            "spark": {} if mode is None else {"mode": mode},
         },
     }
     await kube.api_call(
@@ -146,6 +149,15 @@ async def test_snapshot_as_a_spark_application_mirrored_and_retried(
     arguments = application["spec"]["arguments"]
     assert arguments[arguments.index("--group") + 1] == f"{NS}.payments"
     assert arguments[arguments.index("--output") + 1] == f"file://{tmp_path}/{NS}/nightly"
+    # The read fence comes from the coordinator; the driver has the group's token by reference.
+    coordinator_url = operator.state.config.coordinator_url
+    assert arguments[arguments.index("--coordinator-url") + 1] == coordinator_url
+    assert application["spec"]["driver"]["env"] == [
+        {
+            "name": "KGO_GROUP_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "payments-group-token", "key": "token"}},
+        }
+    ]
 
     # The spark-operator runs it, and the driver dies.
     await set_application_state(kmock, first, {"state": "RUNNING"})
@@ -185,6 +197,25 @@ async def test_snapshot_as_a_spark_application_mirrored_and_retried(
     assert (status["records"], status["partitions"], status["checksum"]) == (2, 2, "sha256:00")
     ready = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
+
+
+@pytest.mark.kmock(cls=ApiServerWithSparkOperator)
+async def test_a_snapshot_without_a_mode_runs_as_the_operator_is_configured(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    data_topic: str,
+    broker: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The spark-operator is installed, so "auto" would create a SparkApplication; the chart
+    # says local, and a snapshot that leaves spark.mode unset follows the chart.
+    monkeypatch.setenv("KGO_SPARK_MODE", "local")
+    await create_group(kmock, data_topic, broker.bootstrap)
+    await create_snapshot(kmock, "configured", f"file://{tmp_path}", None)
+    run = await operator.wait_for(lambda: status_of(kmock, SNAPSHOTS, "configured").get("run"), 60)
+    assert run["mode"] == "local"
+    assert kmock.get(SPARK_APPS, NS, run["name"]) is None
 
 
 @pytest.mark.kmock(cls=ApiServerWithSparkOperator)
@@ -343,6 +374,8 @@ async def test_an_online_reset_planned_by_a_spark_application(
     assert application["spec"]["mainApplicationFile"].endswith("/restore.py")
     arguments = application["spec"]["arguments"]
     assert "--dry-run" in arguments  # the job only plans
+    coordinator_url = operator.state.config.coordinator_url
+    assert arguments[arguments.index("--coordinator-url") + 1] == coordinator_url
     audit_uri = arguments[arguments.index("--audit") + 1]
     assert audit_uri == f"file://{tmp_path}/results/{NS}/{run['name']}.json"
     assert last_reset()["stage"] == "Planning"
@@ -468,3 +501,29 @@ def test_an_uncaught_python_exception_reports_its_line() -> None:
     stderr = run.stderr + "26/11/23 10:32:07 WARN SparkEnv: Exception while stopping\n"
     reason = job_runner.outcome_of(run.returncode, run.stdout, stderr).reason
     assert reason == "RuntimeError: the manifest has no offsets"
+
+
+@pytest.mark.kmock(cls=kube.ApiServer)
+async def test_the_compaction_is_fenced_by_the_operators_own_coordinator(
+    kmock: kube.ApiServer, operator: kube.RunningOperator, broker: Any
+) -> None:
+    """No group token could ask for every partition: the operator fences in-process and the
+    job reads up to those ends (``--fenced-ends``), which lie past every acknowledged write."""
+    from kafka_group_jobs import arguments, fence
+    from kafka_group_jobs import topics as job_topics
+
+    runtime = operator.state.runtime
+    state_topic = operator.state.config.state_topic
+    count = job_topics.partition_count(broker.bootstrap, state_topic, {})
+    ends = await operator.call(compaction.fence_every_partition(runtime, logging.getLogger()))
+    assert ends is not None
+    assert sorted(ends) == list(range(count))
+    due = datetime.datetime(2026, 11, 22, 3, tzinfo=datetime.UTC)
+    run = runs.compaction_run(broker.bootstrap, state_topic, "file:///c", due, NS, ends)
+    given = run.arguments[run.arguments.index("--fenced-ends") + 1]
+    fenced = arguments.given_fence(given, count)
+    assert fenced.kind == fence.COORDINATOR
+    # Each end is a marker the coordinator appended: the partitions' last stable offsets are
+    # past it.
+    stable = job_topics.stable_ends(broker.bootstrap, state_topic, range(count), {})
+    assert all(stable[p] >= end for p, end in fenced.end_offsets.items())

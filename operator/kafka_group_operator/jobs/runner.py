@@ -14,8 +14,14 @@ online reset, the state-topic compaction) is a ``JobRun`` handed to a runner:
   their handler, when the operator restarts.
 
 ``spark.mode`` chooses: ``operator``, ``local``, or ``auto`` (a SparkApplication when the
-spark-operator's CRD is installed, else local). Runs are idempotent by name: starting a run
-that exists is a no-op, so a handler that repeats a tick starts nothing twice.
+spark-operator's CRD is installed, else local); a resource that leaves it unset gets the
+chart's (``KGO_SPARK_MODE``). Runs are idempotent by name: starting a run that exists is a
+no-op, so a handler that repeats a tick starts nothing twice.
+
+A job that talks to the coordinator (its read fence; the restore's checks) gets
+``--coordinator-url`` among its arguments and its group's bearer token in its environment
+(``KGO_GROUP_TOKEN``, which the jobs read by default), never on a command line: a local run
+from the operator's token store, a SparkApplication's driver from the group's token Secret.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ MODES = ("operator", "local", "auto")
 LOCAL_MASTER = "local[2]"
 LOCAL_RUNNER_KEY = "kafka_group_operator_local_jobs"
 DEFAULT_JOBS_IMAGE = "ghcr.io/kafka-group-operator/kafka-group-jobs:0.1.0"
+TOKEN_ENV = spark_manifests.TOKEN_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,16 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupToken:
+    """Where a run finds its group's bearer token: ``value`` for a local run's environment,
+    the Secret ``secret``/``key`` for a SparkApplication's driver. Never shown in a repr."""
+
+    secret: str
+    key: str
+    value: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class JobRun:
     """One run of a job; ``name`` is unique per run and names its SparkApplication."""
 
@@ -77,6 +94,7 @@ class JobRun:
     spark: Mapping[str, Any] | None = None  # the resource's spec.spark overrides
     storage_claim: str | None = None  # a PVC to mount for pvc:// storage
     result_uri: str | None = None  # where a cluster run leaves its result document
+    token: GroupToken | None = None  # for a job that calls the coordinator (--coordinator-url)
 
 
 class JobRunner(Protocol):
@@ -102,6 +120,14 @@ def spark_defaults(
         spark_conf=json.loads(environ.get("KGO_SPARK_CONF") or "{}"),
     )
     return environ.get("KGO_SPARK_MODE", "auto"), settings
+
+
+def chosen_mode(requested: str | None, configured: str) -> str:
+    """The mode a run asks for, else the operator's configured one (the chart's spark.mode)."""
+    mode = requested or configured
+    if mode not in MODES:
+        raise ValueError(f"unknown spark.mode {mode!r}; expected one of {', '.join(MODES)}")
+    return mode
 
 
 def kafka_arguments(env: Mapping[str, str] | None = None) -> list[str]:
@@ -130,7 +156,7 @@ async def resolve_mode(mode: str, kube: kube_client.KubeClient) -> str:
 async def runner_for(mode: str | None, kube: kube_client.KubeClient, memo: Any) -> JobRunner:
     """The runner ``mode`` (or, when None, the chart's ``spark.mode``) chooses."""
     default_mode, settings = spark_defaults()
-    resolved = await resolve_mode(mode or default_mode, kube)
+    resolved = await resolve_mode(chosen_mode(mode, default_mode), kube)
     if resolved == "operator":
         return SparkApplicationRunner(kube, settings)
     return local_runner_of(memo)
@@ -204,16 +230,34 @@ def read_result(uri: str | None) -> dict[str, Any] | None:
 # Local Spark in a subprocess
 
 
-async def run_local_job(job: str, arguments: Sequence[str]) -> JobOutcome:
-    """Runs ``python -m kafka_group_jobs.<job>`` on local Spark and waits for it."""
-    process = await asyncio.create_subprocess_exec(
+def local_command(run: JobRun) -> list[str]:
+    """The command line of ``run`` on local Spark (no secret on it: see ``local_environment``)."""
+    return [
         sys.executable,
         "-m",
-        f"kafka_group_jobs.{job}",
-        *arguments,
+        f"kafka_group_jobs.{run.job}",
+        *run.arguments,
+        *kafka_arguments(),
         "--master",
         LOCAL_MASTER,
         "--json",  # the result as one result line, for outcome_of
+    ]
+
+
+def local_environment(run: JobRun, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of ``run``'s process: the operator's, plus the group's token."""
+    environment = dict(os.environ if base is None else base)
+    environment.pop(TOKEN_ENV, None)  # never another group's token
+    if run.token is not None and run.token.value:
+        environment[TOKEN_ENV] = run.token.value
+    return environment
+
+
+async def run_local_job(command: Sequence[str], environment: Mapping[str, str]) -> JobOutcome:
+    """Runs a job's ``local_command`` and waits for it."""
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env=dict(environment),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -251,10 +295,9 @@ class LocalSparkRunner:
 
     async def start(self, run: JobRun) -> None:
         if run.name not in self.tasks:
-            arguments = [*run.arguments, *kafka_arguments()]
             lacking = self.missing()
             job = (
-                run_local_job(run.job, arguments)
+                run_local_job(local_command(run), local_environment(run))
                 if lacking is None
                 else _refused(JobOutcome(False, reason=lacking))
             )
@@ -326,6 +369,7 @@ def build_application(run: JobRun, defaults: spark_manifests.SparkSettings) -> d
         arguments=run.arguments,
         settings=spark_manifests.overlay(defaults, run.spark),
         storage_claim=run.storage_claim,
+        token_secret=None if run.token is None else (run.token.secret, run.token.key),
     )
 
 

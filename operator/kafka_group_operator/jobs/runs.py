@@ -4,6 +4,11 @@ A scheduled snapshot is an OffsetSnapshot like any other (the schedule creates t
 so it runs as ``snapshot_run``. Each run's name is unique per run and valid as a
 SparkApplication's name (63 characters at most); each names where a cluster run leaves its
 result document, so either runner hands the same result back.
+
+The snapshot and the restore plan read their group's state partition up to the coordinator's
+read fence: they get ``--coordinator-url`` and the group's token (``group_token``: by value
+for a local run's environment, by Secret for a SparkApplication). The compaction reads every
+partition; the operator takes its fence in-process and passes the ends (``--fenced-ends``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kafka_group_operator.jobs import runner
+from kafka_group_operator.manifests import consumer_group as group_manifests
 from kafka_group_operator.manifests import offset_jobs
 from kafka_group_operator.manifests import spark_application as spark_manifests
 from kafka_group_records import checkpoint
@@ -22,19 +28,28 @@ from kafka_group_records import checkpoint
 SNAPSHOT_MANIFEST = "manifest.json"
 
 
+def group_token(group_name: str, value: str | None) -> runner.GroupToken:
+    """The token of the ConsumerGroup ``group_name``: its Secret, and ``value`` when known."""
+    return runner.GroupToken(
+        group_manifests.token_secret_name(group_name), group_manifests.TOKEN_KEY, value
+    )
+
+
 def snapshot_run(
     snapshot: Mapping[str, Any],
     attempt: int,
     bootstrap: str,
     state_topic: str,
     group_id: str,
+    coordinator_url: str | None = None,
+    token: runner.GroupToken | None = None,
 ) -> runner.JobRun:
     """Attempt ``attempt`` of an OffsetSnapshot's job, owned by the OffsetSnapshot."""
     meta, spec = snapshot["metadata"], snapshot.get("spec") or {}
     uri = spec["storage"]["uri"]
     location = offset_jobs.snapshot_location(uri, meta["namespace"], meta["name"])
     arguments = offset_jobs.snapshot_arguments(
-        bootstrap, state_topic, group_id, location, spec.get("asOf")
+        bootstrap, state_topic, group_id, location, spec.get("asOf"), coordinator_url
     )
     return runner.JobRun(
         job="snapshot",
@@ -45,6 +60,7 @@ def snapshot_run(
         spark=spec.get("spark"),
         storage_claim=runner.storage_claim_of(uri),
         result_uri=f"{location}/{SNAPSHOT_MANIFEST}",
+        token=token,
     )
 
 
@@ -53,6 +69,7 @@ def reset_run(
     fingerprint: str,
     arguments: Sequence[str],
     results_uri: str | None,
+    token: runner.GroupToken | None = None,
 ) -> runner.JobRun:
     """The restore job planning one value of ``spec.offsetReset``, owned by the ConsumerGroup.
 
@@ -76,6 +93,7 @@ def reset_run(
         owner=group,
         storage_claim=runner.storage_claim_of(result_uri),
         result_uri=result_uri,
+        token=token,
     )
 
 
@@ -85,10 +103,13 @@ def compaction_run(
     storage_uri: str,
     due: datetime.datetime,
     namespace: str,
+    fenced_ends: Mapping[int, int] | None = None,
 ) -> runner.JobRun:
     """The state-topic compaction due at ``due``: no owning resource, in the operator's
     namespace, named after its time."""
-    arguments = offset_jobs.compaction_arguments(bootstrap, state_topic, storage_uri, due)
+    arguments = offset_jobs.compaction_arguments(
+        bootstrap, state_topic, storage_uri, due, fenced_ends
+    )
     output = arguments[arguments.index("--output") + 1]
     stamp = due.astimezone(datetime.UTC).isoformat()
     return runner.JobRun(

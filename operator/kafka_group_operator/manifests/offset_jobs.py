@@ -39,10 +39,22 @@ def common_arguments(bootstrap: str, state_topic: str) -> list[str]:
     return ["--bootstrap", bootstrap, "--topic", state_topic]
 
 
+def coordinator_arguments(coordinator_url: str | None) -> list[str]:
+    """The coordinator a job asks for its read fence (the group's token is in its
+    environment, never an argument)."""
+    return ["--coordinator-url", coordinator_url] if coordinator_url else []
+
+
 def snapshot_arguments(
-    bootstrap: str, state_topic: str, group_id: str, location: str, as_of: str | None
+    bootstrap: str,
+    state_topic: str,
+    group_id: str,
+    location: str,
+    as_of: str | None,
+    coordinator_url: str | None = None,
 ) -> list[str]:
     arguments = [*common_arguments(bootstrap, state_topic), "--group", group_id]
+    arguments += coordinator_arguments(coordinator_url)
     # The group is a ConsumerGroup's, not a typed id that may be misspelled: a group that has
     # committed nothing yet gets an empty snapshot, not a failure.
     arguments += ["--output", location, "--allow-empty"]
@@ -58,14 +70,17 @@ def restore_arguments(
     offset_reset: Mapping[str, Any],
     group_topics: Sequence[str],
     snapshot_location: str | None = None,
+    coordinator_url: str | None = None,
 ) -> list[str]:
     """Arguments of a restore job that only plans (``--dry-run``).
 
     The operator applies the plan itself, through its own coordinator, while the group is
-    paused; the job never writes.
+    paused; the job never writes. With ``coordinator_url`` it reads the group's current
+    offsets up to the coordinator's read fence: every commit acknowledged before the pause.
     """
     kind = RESET_KINDS[str(offset_reset["to"])]
     arguments = [*common_arguments(bootstrap, state_topic), "--group", group_id, "--to", kind]
+    arguments += coordinator_arguments(coordinator_url)
     if kind == "offset":
         arguments += ["--value", str(offset_reset["offset"])]
     elif kind == "shift-by":
@@ -143,12 +158,25 @@ def next_attempt(attempts: int, reason: str) -> tuple[bool, str]:
 
 
 def compaction_arguments(
-    bootstrap: str, state_topic: str, storage_uri: str, at: datetime.datetime
+    bootstrap: str,
+    state_topic: str,
+    storage_uri: str,
+    at: datetime.datetime,
+    fenced_ends: Mapping[int, int] | None = None,
 ) -> list[str]:
-    """Arguments of a scheduled compaction: each run checkpoints into its own directory."""
+    """Arguments of a scheduled compaction: each run checkpoints into its own directory.
+
+    ``fenced_ends`` is the read fence the operator's own coordinator took over every state
+    partition (no group token is needed for it); without one the job reads up to the last
+    stable offsets.
+    """
     stamp = at.astimezone(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     location = f"{storage_uri.rstrip('/')}/checkpoint-{stamp}"
-    return [*common_arguments(bootstrap, state_topic), "--output", location]
+    arguments = [*common_arguments(bootstrap, state_topic), "--output", location]
+    if fenced_ends is not None:
+        ends = {str(partition): end for partition, end in sorted(fenced_ends.items())}
+        arguments += ["--fenced-ends", json.dumps(ends, separators=(",", ":"))]
+    return arguments
 
 
 def next_run(schedule: str, after: datetime.datetime) -> datetime.datetime:

@@ -28,6 +28,8 @@ OWNER_LABEL = "kafkagroups.io/owner"
 KAFKA_CONFIG_MOUNT = "/etc/kafka-group/kafka"
 PVC_MOUNT_ROOT = "/mnt/kgo"  # kafka_group_jobs.storage reads pvc:// URIs from here
 MAX_NAME_LENGTH = 63
+# The variable the jobs read the group's bearer token from (kafka_group_jobs.arguments).
+TOKEN_ENV = "KGO_GROUP_TOKEN"
 
 # applicationState.state -> our phase. UNKNOWN is transient (a lost driver pod often comes
 # back), unlike Airflow's sensor which fails on it; the handler bounds how long it may last.
@@ -117,6 +119,7 @@ def build_spark_application(
     storage_claim: str | None = None,
     name: str | None = None,
     namespace: str | None = None,
+    token_secret: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The SparkApplication running ``job`` with ``arguments``, owned by ``owner``.
 
@@ -126,7 +129,9 @@ def build_spark_application(
 
     ``kafka_secret`` (TLS/SASL settings, one file per librdkafka property) is mounted into the
     driver and executors and passed as ``--kafka-config-dir``; ``storage_claim`` mounts a PVC
-    for ``pvc://`` storage.
+    for ``pvc://`` storage. ``token_secret`` (a Secret's name and key) gives the driver the
+    group's bearer token as ``KGO_GROUP_TOKEN``, by reference: the token is in no argument and
+    in no field of the application (only the driver calls the coordinator).
     """
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
@@ -166,6 +171,11 @@ def build_spark_application(
         "memory": settings.executor_memory,
         "labels": dict(labels),
     }
+    if token_secret is not None:
+        secret, key = token_secret
+        driver["env"] = [
+            {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        ]
     if mounts:
         driver["volumeMounts"] = mounts
         executor["volumeMounts"] = [dict(mount) for mount in mounts]
