@@ -32,10 +32,6 @@ from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle, ownership
 from kafka_group_operator.jobs import compaction, offset_snapshots, online_reset, runs
 from kafka_group_operator.jobs import runner as job_runner
-
-# The demo runs jobs as the operator does; it reads these two from here.
-from kafka_group_operator.jobs.runner import LOCAL_MASTER as LOCAL_MASTER
-from kafka_group_operator.jobs.runner import outcome_of as outcome_of
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.manifests import group_settings, offset_jobs
 from kafka_group_operator.specs import consumer_group as specs
