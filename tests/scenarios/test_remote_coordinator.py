@@ -198,6 +198,23 @@ async def _act_through_the_port(
     assert removed["pod-9"] == errors.UnknownMemberId.name
     assert (await b.runtime.describe_group(remote_group)).members == ()
 
+    # Taking a token or a mirror away reaches the coordinator too, from a port that has not
+    # met the group yet (the local runtime does not serve it).
+    fresh = coordinator_port.RoutingCoordinator(
+        a.local, discovery_url=a.url, internal_token=INTERNAL_TOKEN, advertised_url=a.url
+    )
+    try:
+        await fresh.remove_mirror(remote_group)
+        assert b.runtime.mirror.status(remote_group) is None
+        await fresh.discard_token(remote_group)
+        assert b.tokens.token_for(remote_group) is None
+    finally:
+        await fresh.close()
+    await port.set_token(remote_group, f"token-of-{remote_group}")
+    await port.configure_mirror(remote_group, target)
+    assert b.tokens.token_for(remote_group) == f"token-of-{remote_group}"
+    assert b.runtime.mirror.status(remote_group) is not None
+
     # The same calls on a group of a's partitions never leave the process.
     await port.claim_group(messages.ClaimGroupRequest(local_group, owner))
     assert await a.runtime.group_owner(local_group) == owner

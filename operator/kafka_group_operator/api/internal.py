@@ -11,8 +11,9 @@ request cannot loop between replicas.
 
 ``InProcessCoordinator`` is the same set of calls on the local runtime; the internal API is
 that object over HTTP. Calls that only change this process's memory (the group's token, its
-offset mirror) first check that the group's partition is served here, so that the caller
-learns who the coordinator is instead of configuring a replica that will never use it.
+offset mirror) also check that the group's partition is served here (a token or a mirror
+given is kept, one taken away is dropped, either way), so that the caller learns who the
+coordinator is and goes on there.
 
 Bodies are JSON, camelCase, validated as strictly as the member API's (``wire``): a malformed
 one is a 400 ``INVALID_REQUEST`` naming the field. A mirror target travels without Kafka
@@ -156,8 +157,10 @@ class InProcessCoordinator:
         return self.runtime.mirror.status(group_id)
 
     async def remove_mirror(self, group_id: str) -> None:
-        # Not guarded: stopping a mirror that runs here is right whoever serves the group.
+        # Stopped here whoever serves the group (one left from before a failover must stop);
+        # then the caller learns whether the coordinator is elsewhere, to stop it there too.
         self.runtime.mirror.remove(group_id)
+        await self.serves(group_id)
 
     async def flush_mirror(self, group_id: str) -> mirror.MirrorStatus | None:
         await self.serves(group_id)
@@ -169,6 +172,7 @@ class InProcessCoordinator:
 
     async def discard_token(self, group_id: str) -> None:
         self.tokens.discard(group_id)
+        await self.serves(group_id)
 
 
 # --- JSON codecs (both directions; the remote client decodes what the server encodes) ---

@@ -421,8 +421,8 @@ class RoutingCoordinator:
         desired = self._desired.get(group_id)
         if desired is not None:
             desired.mirror = None
-        # Locally too: a mirror left here from before a failover must stop.
-        await self.local.remove_mirror(group_id)
+        # The local runtime stops its mirror of the group (one left from before a failover)
+        # whether or not it serves the group; then the coordinator stops its own.
         await self._route(group_id, lambda port: port.remove_mirror(group_id), replay=False)
 
     async def flush_mirror(self, group_id: str) -> mirror.MirrorStatus | None:
