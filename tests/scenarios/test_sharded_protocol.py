@@ -66,6 +66,12 @@ class Pair:
     def address(self, index: int) -> tuple[str, int]:
         return ("127.0.0.1", self.kafka[index])
 
+    def kafka_peers(self, index: int) -> str:
+        """The first process gets a map of both listeners (its own too), the second only
+        the other's."""
+        listed = range(2) if index == 0 else [1 - index]
+        return ",".join(f"{i}=127.0.0.1:{self.kafka[i]}" for i in listed)
+
     def start(self, index: int) -> None:
         other = 1 - index
         log = (self.directory / f"coordinator-{index}.log").open("ab")
@@ -79,7 +85,7 @@ class Pair:
                     "--partitions", str(index),
                     "--advertised-url", f"http://127.0.0.1:{self.http[index]}",
                     "--peers", f"{other}=http://127.0.0.1:{self.http[other]}",
-                    "--kafka-peers", f"{other}=127.0.0.1:{self.kafka[other]}",
+                    "--kafka-peers", self.kafka_peers(index),
                 ],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )

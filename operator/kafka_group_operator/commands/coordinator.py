@@ -227,7 +227,10 @@ def read_kafka_peers(args: argparse.Namespace, directory: discovery.Directory) -
 
     try:
         return peers.KafkaPeers(
-            args.state_partitions, directory.served, peers.parse_kafka_peers(args.kafka_peers)
+            args.state_partitions,
+            directory.served,
+            peers.parse_kafka_peers(args.kafka_peers),
+            own=(args.kafka_advertised_host or args.host, args.kafka_port),
         )
     except ValueError as error:
         raise ValueError(f"--kafka-peers: {error}") from None

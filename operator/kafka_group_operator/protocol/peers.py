@@ -76,11 +76,14 @@ class Location:
 
 @dataclass(frozen=True)
 class KafkaPeers:
-    """This listener serves ``served`` (``None``: every partition); ``peers`` the others."""
+    """This listener serves ``served`` (``None``: every partition); ``peers`` the others.
+    One map may name every listener, this one included (as ``own``, its advertised address):
+    entries of served partitions must then name ``own``."""
 
     partitions: int
     served: frozenset[int] | None = None
     peers: Mapping[int, Address] = field(default_factory=dict)
+    own: Address | None = None
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
@@ -92,7 +95,7 @@ class KafkaPeers:
                 f"state topic's 0-{self.partitions - 1}"
             )
         own = set(range(self.partitions)) if self.served is None else self.served
-        clashes = sorted(own & set(self.peers))
+        clashes = sorted(p for p in own & set(self.peers) if self.peers[p] != self.own)
         if clashes:
             raise ValueError(
                 f"partitions {discovery.format_partition_set(set(clashes))} are served here "
@@ -107,4 +110,4 @@ class KafkaPeers:
 
     def addresses(self) -> list[Address]:
         """Every peer listener, each once, in a stable order."""
-        return sorted(set(self.peers.values()))
+        return sorted({address for address in self.peers.values() if address != self.own})
