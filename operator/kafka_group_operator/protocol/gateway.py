@@ -605,12 +605,13 @@ class Gateway:
         return framing.encode_response(api_key, version, correlation_id, body)[4:]
 
     def _coordinator_node(self, brokers: list[Any], id_field: str) -> list[Any]:
-        """The coordinator as a node of a Metadata or DescribeCluster reply (at the
-        coordinator port), unless a broker already has its id. FindCoordinator names this
-        node; a client that does not find it among the cluster's nodes drops its coordinator
-        connection at each metadata refresh (librdkafka closes it as a "nodename change"
-        after every JoinGroup). It leads no partition and is not the controller: the brokers'
-        partitions and controller id are the brokers' own."""
+        """The coordinator (at the coordinator port) and each other coordinator seen so far
+        (at its peer port) as nodes of a Metadata or DescribeCluster reply, unless a broker
+        already has the id. FindCoordinator names these nodes; a client that does not find
+        one among the cluster's nodes drops its coordinator connection at each metadata
+        refresh (librdkafka closes it as a "nodename change" after every JoinGroup). They
+        lead no partition and none is the controller: the brokers' partitions and controller
+        id are the brokers' own."""
         nodes = [(self.config.coordinator_node_id, self.port)]
         nodes += [(peer.node_id, peer.port) for peer in self._peers.values()]
         taken = {int(getattr(b, id_field)) for b in brokers}
