@@ -135,6 +135,11 @@ def register(subparsers: Any) -> None:
         default=15,
         help="Lease duration in seconds (renew deadline 2/3 of it, retries every 1/6)",
     )
+    parser.add_argument(
+        "--lease-retry-period",
+        type=float,
+        help="seconds between election rounds (default: 1/6 of --lease-duration)",
+    )
     parser.add_argument("--kube-server", help="the Kubernetes API server of the Leases (URL)")
     parser.add_argument(
         "--kafka-peers",
@@ -211,6 +216,7 @@ def read_lease_settings(args: argparse.Namespace) -> Any:
         replicas=tuple(replicas),
         prefix=args.lease_prefix,
         lease_duration_seconds=args.lease_duration,
+        retry_period_seconds=args.lease_retry_period,
     )
     settings.elector_config(args.state_partitions)  # the timing checks
     return settings

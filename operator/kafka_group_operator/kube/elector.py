@@ -162,13 +162,18 @@ class LeaseElector:
         await asyncio.gather(*(self._release(hold.lease) for hold in holds.values()))
 
     async def step(self) -> None:
-        """One round: read every Lease, renew ours, then release extras and take free ones."""
+        """One round: renew ours while reading every Lease, then release extras and take free
+        ones."""
         names = [
             leases.lease_name(self.config.lease_prefix, p) for p in range(self.config.partitions)
         ]
         started = self.clock()
+        before = set(self._held)
+        # Renewals go out with the reads, not after them: on a slow API server the reads
+        # would otherwise push every renewal towards the deadline.
+        renewals = asyncio.gather(*(self._renew(p) for p in sorted(self._held)))
         try:
-            # Bounded: a stalled API server must not hold renewals back past the deadline.
+            # Bounded: a stalled API server must not hold the round past the deadline.
             reads = await asyncio.wait_for(
                 asyncio.gather(
                     *(leases.read(self.api, self.config.namespace, name) for name in names),
@@ -177,9 +182,15 @@ class LeaseElector:
                 timeout=self.config.renew_deadline_seconds,
             )
         except TimeoutError as error:
+            await renewals
             message = "reading the leases took longer than the renew deadline"
             raise errors.Unreachable(message) from error
+        except BaseException:
+            renewals.cancel()
+            raise
         read_at = self.clock()
+        await renewals
+        me = self.config.identity
         known: dict[int, leases.Lease | None] = {}
         for partition, result in enumerate(reads):
             if isinstance(result, errors.KubeError):
@@ -188,12 +199,12 @@ class LeaseElector:
             if isinstance(result, BaseException):
                 raise result
             known[partition] = result
-            self._observe(partition, result, read_at)
-        before = set(self._held)
+            # A renewal's own answer is newer than a read showing our own holding.
+            if partition not in self._held or result is None or result.holder != me:
+                self._observe(partition, result, read_at)
         for partition, lease in known.items():
             if partition in self._held and (lease is None or lease.holder != self.config.identity):
                 self._drop(partition, "its lease is held by another replica")
-        await asyncio.gather(*(self._renew(p) for p in sorted(self._held)))
         # Not taken back in the round that lost them: the next round reads them afresh.
         lost = before - self._held.keys()
         if len(known) < self.config.partitions:
