@@ -18,6 +18,7 @@ BENCHMARKS = (
     "protocol",
     "gateway",
     "join",
+    "failover",
 )
 
 

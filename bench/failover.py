@@ -1,0 +1,524 @@
+"""Coordinator failover: three ``kgo coordinator`` replicas on partition Leases, one SIGKILLed.
+
+Setup: the embedded broker; the Kubernetes test double (``tests.support.kube.ApiServer``)
+serving the Leases, in a process of its own; three ``kgo coordinator --lease-namespace``
+processes with a 3 s Lease (renew deadline 2 s, an election round every 0.75 s) sharing one
+state topic of 12 partitions. ``N`` groups of two members each (a load generator speaking
+the member API over HTTP, as the member library does: it follows ``NOT_COORDINATOR`` hints
+and, when the coordinator it follows is gone, asks the next replica, as a Service would send
+it) heartbeat every second and commit their partitions' offsets every two seconds.
+
+Measured, once the Leases and the assignments are settled: SIGKILL the replica holding the
+most partitions, then
+
+- the time from the kill to the last affected group's first successful heartbeat (a group is
+  affected when the killed replica coordinated it), in seconds and as a multiple of the Lease
+  duration;
+- acknowledged commits lost: after the failover, each group's committed offsets are fetched
+  from its new coordinator; a partition whose offset is below the highest one ever
+  acknowledged counts (must be 0);
+- partitions moved: (member, partition) pairs of the assignment before the kill that the
+  member no longer owns after it, plus members fenced or forgotten (must be 0).
+
+Peer in the same run, same groups and load: a single replica (no Leases, every partition)
+killed the same way and restarted at once, as Kubernetes restarts a pod in place (a lower
+bound: scheduling, image pull and the container's start are not counted).
+
+``--groups N`` (default 100) scales the groups. The issue's 1,000 (2,000 members at one
+heartbeat a second) is more than two shared cores carry: at 200 the replicas' event loops
+were too busy to renew their Leases within the 2 s renew deadline, and the Leases churned
+before any kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_records import partitioning
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "failover.json"
+LEASE_SECONDS = 3
+# The test double answers a Lease request in tens of milliseconds (the real API server in
+# about one): 12 partitions and a 0.75 s round keep the three electors within its capacity.
+STATE_PARTITIONS = 12
+RETRY_PERIOD_S = 0.75
+REPLICAS = 3
+MEMBERS_PER_GROUP = 2
+TOPIC_PARTITIONS = 4
+HEARTBEAT_INTERVAL_MS = 1000
+SESSION_TIMEOUT_MS = 30_000
+COMMIT_EVERY_S = 2.0
+RETRY_S = 0.1
+NAMESPACE = "kgo-bench"
+PREFIX = "kgo-partition"
+
+
+@dataclass
+class Member:
+    group: str
+    instance: int
+    urls: list[str]
+    url: str
+    member_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    epoch: int = 0
+    assignment: frozenset[int] = frozenset()
+    # The assignment last acknowledged to the coordinator (sent as ownedPartitions).
+    owned: frozenset[int] | None = None
+    fenced: int = 0
+    # time.monotonic() of every successful heartbeat after the mark (the kill).
+    answered_after_mark: float | None = None
+    acknowledged: dict[int, int] = field(default_factory=dict)
+    last_commit: float = 0.0
+
+
+class Load:
+    """Members heartbeating and committing through the member API."""
+
+    def __init__(self, session: aiohttp.ClientSession, members: list[Member], topic: str):
+        self.session = session
+        self.members = members
+        self.topic = topic
+        self.mark: float | None = None
+        self.stopped = False
+        self.errors: dict[str, int] = {}
+        self.acknowledged = 0
+        self.next_offset = 0
+
+    async def call(self, member: Member, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST to the member's coordinator, following one hint; raises on failure."""
+        for _ in range(2):
+            url = f"{member.url}/v1/groups/{member.group}{path}"
+            try:
+                async with self.session.post(url, json=body) as response:
+                    reply = await response.json(content_type=None)
+            except (TimeoutError, aiohttp.ClientError, ValueError) as error:
+                # Gone: ask the next replica, as a Service would route the next connection.
+                others = [u for u in member.urls if u != member.url]
+                member.url = others[member.instance % len(others)] if others else member.url
+                raise RuntimeError("UNREACHABLE") from error
+            if response.status == 200:
+                return dict(reply)
+            name = reply.get("error", f"HTTP {response.status}") if isinstance(reply, dict) else ""
+            if name == "NOT_COORDINATOR":
+                hint = (reply.get("coordinator") or {}).get("url")
+                if hint and hint != member.url:
+                    member.url = hint
+                    continue
+            raise RuntimeError(name)
+        raise RuntimeError("NOT_COORDINATOR")
+
+    async def heartbeat(self, member: Member) -> None:
+        body: dict[str, Any] = {"memberId": member.member_id, "memberEpoch": member.epoch}
+        if member.epoch == 0:
+            body["subscribedTopicNames"] = [self.topic]
+            body["rebalanceTimeoutMs"] = 10_000
+        elif member.owned != member.assignment:
+            body["ownedPartitions"] = {self.topic: sorted(member.assignment)}
+        reply = await self.call(member, "/heartbeat", body)
+        member.owned = member.assignment
+        member.epoch = int(reply["memberEpoch"])
+        if "assignment" in reply:
+            member.assignment = frozenset(int(p) for p in reply["assignment"].get(self.topic, []))
+        if self.mark is not None and member.answered_after_mark is None:
+            member.answered_after_mark = time.monotonic()
+
+    async def commit(self, member: Member) -> None:
+        if not member.assignment:
+            return
+        # One counter for every member: a partition's offsets only grow, whoever commits.
+        self.next_offset += 1
+        offset = self.next_offset
+        sent = member.assignment
+        offsets = [{"topic": self.topic, "partition": p, "offset": offset} for p in sorted(sent)]
+        reply = await self.call(
+            member,
+            "/offsets",
+            {"memberId": member.member_id, "memberEpoch": member.epoch, "offsets": offsets},
+        )
+        # The reply lists only the partitions that failed.
+        failed = {int(entry["partition"]) for entry in reply["errors"]}
+        for partition in sent - failed:
+            member.acknowledged[partition] = max(member.acknowledged.get(partition, 0), offset)
+        self.acknowledged += len(sent - failed)
+
+    async def run_member(self, member: Member) -> None:
+        # Spread the members over the interval.
+        await asyncio.sleep((hash(member.member_id) % 1000) / 1000 * HEARTBEAT_INTERVAL_MS / 1000)
+        while not self.stopped:
+            started = time.monotonic()
+            try:
+                await self.heartbeat(member)
+            except RuntimeError as error:
+                name = str(error)
+                self.errors[name] = self.errors.get(name, 0) + 1
+                if name in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"):
+                    member.fenced += 1
+                    member.epoch, member.assignment, member.owned = 0, frozenset(), None
+                await asyncio.sleep(RETRY_S)
+                continue
+            if started - member.last_commit >= COMMIT_EVERY_S:
+                member.last_commit = started
+                with contextlib.suppress(RuntimeError):
+                    await self.commit(member)
+            await asyncio.sleep(
+                max(0.0, HEARTBEAT_INTERVAL_MS / 1000 - (time.monotonic() - started))
+            )
+
+
+def _groups(count: int, suffix: str) -> list[str]:
+    return [f"failover-{suffix}-{index}" for index in range(count)]
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as handle:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kafka_group_operator", "coordinator", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def _start(argv: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``kgo coordinator <argv>``, once it listens on ``port``."""
+    process = _spawn(argv, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"kgo coordinator exited ({process.returncode}); see {log}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return process
+        except OSError:
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"kgo coordinator does not listen on {port}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def _holders(api: Any) -> dict[int, str | None]:
+    from kafka_group_operator.kube import leases
+
+    found = await asyncio.gather(
+        *(
+            leases.read(api, NAMESPACE, leases.lease_name(PREFIX, p))
+            for p in range(STATE_PARTITIONS)
+        )
+    )
+    return {p: (lease.holder if lease is not None else None) for p, lease in enumerate(found)}
+
+
+async def _settled(load: Load, seconds: float, limit: float) -> None:
+    """Until every group's partitions are all assigned and nothing changed for ``seconds``."""
+    deadline = time.monotonic() + limit
+    last = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = {(m.group, m.instance): (m.assignment, m.epoch) for m in load.members}
+        groups_whole = all(
+            sum(len(m.assignment) for m in load.members if m.group == g) == TOPIC_PARTITIONS
+            for g in {m.group for m in load.members}
+        )
+        if now != last or not groups_whole:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+        await asyncio.sleep(0.25)
+    sample = [(m.group, m.epoch, sorted(m.assignment)) for m in load.members[:6]]
+    raise TimeoutError(f"the assignments did not settle: {sample}, errors {load.errors}")
+
+
+async def _fetch_committed(load: Load, member: Member) -> dict[int, int]:
+    for _ in range(50):
+        url = f"{member.url}/v1/groups/{member.group}/offsets"
+        try:
+            async with load.session.get(url) as response:
+                reply = await response.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError):
+            member.url = member.urls[0]
+            await asyncio.sleep(RETRY_S)
+            continue
+        if response.status == 200:
+            return {int(e["partition"]): int(e["offset"]) for e in reply["offsets"]}
+        hint = (reply.get("coordinator") or {}).get("url") if isinstance(reply, dict) else None
+        if hint:
+            member.url = hint
+        await asyncio.sleep(RETRY_S)
+    raise RuntimeError(f"cannot fetch the offsets of {member.group}")
+
+
+async def _scenario(
+    bootstrap: str,
+    groups: int,
+    leased: bool,
+    api_url: str | None,
+    api: Any,
+    work: Path,
+) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:6]
+    topic = f"failover-orders-{suffix}"
+    embedded_topic(bootstrap, topic)
+    state_topic = f"failover-state-{suffix}"
+    names = _groups(groups, suffix)
+    settings = {
+        g: {
+            "sessionTimeoutMs": SESSION_TIMEOUT_MS,
+            "heartbeatIntervalMs": HEARTBEAT_INTERVAL_MS,
+            "topics": [topic],
+        }
+        for g in names
+    }
+    groups_file = work / f"groups-{suffix}.json"
+    groups_file.write_text(json.dumps(settings))
+    count = REPLICAS if leased else 1
+    ports = [embedded.free_port() for _ in range(count)]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+
+    def argv(index: int) -> list[str]:
+        common = [
+            "--bootstrap", bootstrap, "--port", str(ports[index]), "--topic", state_topic,
+            "--state-partitions", str(STATE_PARTITIONS), "--groups", str(groups_file),
+            "--log-level", "WARNING",
+        ]  # fmt: skip
+        if not leased:
+            return common
+        return [
+            *common,
+            "--advertised-url", urls[index], "--lease-namespace", NAMESPACE,
+            "--lease-replicas", ",".join(urls), "--lease-prefix", PREFIX,
+            "--lease-duration", str(LEASE_SECONDS), "--kube-server", str(api_url),
+            "--lease-retry-period", str(RETRY_PERIOD_S),
+        ]  # fmt: skip
+
+    logs = [work / f"coordinator-{suffix}-{i}.log" for i in range(count)]
+    processes = list(
+        await asyncio.gather(*(_start(argv(i), ports[i], logs[i]) for i in range(count)))
+    )
+    timeout = aiohttp.ClientTimeout(total=5)
+    connector = aiohttp.TCPConnector(limit=0)
+    try:
+        if leased:
+            # The Leases spread evenly: 8 partitions each, for two retry periods running.
+            deadline = time.monotonic() + 60
+            while True:
+                holders = await _holders(api)
+                shares = [list(holders.values()).count(url) for url in urls]
+                if max(shares) - min(shares) <= 1 and None not in holders.values():
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the leases did not spread: {shares}")
+                await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            members = [
+                Member(g, i, urls, urls[(n + i) % count])
+                for n, g in enumerate(names)
+                for i in range(MEMBERS_PER_GROUP)
+            ]
+            load = Load(session, members, topic)
+            tasks = [asyncio.create_task(load.run_member(m)) for m in members]
+            try:
+                await _settled(load, seconds=3, limit=180)
+                before = {(m.group, m.instance): m.assignment for m in members}
+                fenced_before = sum(m.fenced for m in members)
+                await asyncio.sleep(3)  # steady commits
+                if leased:
+                    holders = await _holders(api)
+                    held = {url: list(holders.values()).count(url) for url in urls}
+                    victim = max(range(count), key=lambda i: held[urls[i]])
+                    victim_partitions = {p for p, h in holders.items() if h == urls[victim]}
+                else:
+                    victim, victim_partitions = 0, set(range(STATE_PARTITIONS))
+                affected = {
+                    g for g in names
+                    if partitioning.partition_for(g, STATE_PARTITIONS) in victim_partitions
+                }  # fmt: skip
+                load.errors.clear()
+                killed_at = time.monotonic()
+                load.mark = killed_at
+                processes[victim].send_signal(signal.SIGKILL)
+                processes[victim].wait()
+                if not leased:
+                    processes[victim] = await _start(argv(victim), ports[victim], logs[victim])
+                # Until every affected group has answered again, then a while longer.
+                deadline = killed_at + 120
+                while time.monotonic() < deadline:
+                    if all(
+                        any(m.answered_after_mark for m in members if m.group == g)
+                        for g in affected
+                    ):
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(5)
+                after = {(m.group, m.instance): m.assignment for m in members}
+                errors_during = dict(load.errors)
+            finally:
+                load.stopped = True
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            group_first = [
+                min(m.answered_after_mark or float("inf") for m in members if m.group == g)
+                - killed_at
+                for g in affected
+            ]
+            member_first = [
+                (m.answered_after_mark or float("inf")) - killed_at
+                for m in members
+                if m.group in affected
+            ]
+            moved = sum(len(before[key] - after[key]) for key in before)
+            fenced = sum(m.fenced for m in members) - fenced_before
+            lost = 0
+            checked = 0
+            for g in names:
+                member = next(m for m in members if m.group == g)
+                committed = await _fetch_committed(load, member)
+                for m in members:
+                    if m.group != g:
+                        continue
+                    for partition, offset in m.acknowledged.items():
+                        checked += 1
+                        if committed.get(partition, -1) < offset:
+                            lost += 1
+            return {
+                "replicas": count,
+                "leases": leased,
+                "killed_partitions": len(victim_partitions),
+                "affected_groups": len(affected),
+                "recovery_seconds_last_group": round(max(group_first), 3),
+                "recovery_seconds_median_group": round(statistics.median(group_first), 3),
+                "recovery_seconds_last_member": round(max(member_first), 3),
+                "recovery_in_lease_durations": round(max(group_first) / LEASE_SECONDS, 2),
+                "commits_acknowledged": load.acknowledged,
+                "acknowledged_offsets_checked": checked,
+                "acknowledged_commits_lost": lost,
+                "partitions_moved": moved,
+                "members_fenced": fenced,
+                "errors_during_failover": errors_during,
+            }
+    finally:
+        for process in processes:
+            _stop(process)
+
+
+def embedded_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not in __all__
+        AdminClient,
+        NewTopic,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1)])
+    for future in futures.values():
+        future.result(30)
+
+
+def serve_leases(port: int) -> None:
+    """In a process of its own: the Kubernetes test double (``tests.support.kube``) on ``port``."""
+    sys.path.insert(0, str(ROOT))
+    from kmock._internal import apps
+    from tests.support import kube as kube_support
+
+    async def serve() -> None:
+        async with kube_support.ApiServer() as server, apps.Server(server, port=port):
+            while True:
+                # kmock keeps every request for tests to assert on, and matches each new one
+                # against all of them: emptied often, it stays as fast as at its start.
+                server._requests.clear()
+                await asyncio.sleep(0.05)
+
+    asyncio.run(serve())
+
+
+async def run(groups: int) -> dict[str, Any]:
+    from kafka_group_operator.kube import client as kube_client
+
+    results: dict[str, Any] = {}
+    # The coordinators' logs stay there, for a look after a surprising run.
+    work = Path(tempfile.mkdtemp(prefix="kgo-failover-"))
+    print(f"coordinator logs in {work}", flush=True)
+    with embedded.running_broker() as broker:
+        port = embedded.free_port()
+        server = multiprocessing.get_context("spawn").Process(
+            target=serve_leases, args=(port,), daemon=True
+        )
+        server.start()
+        url = f"http://127.0.0.1:{port}"
+        api = kube_client.KubeClient(kube_client.Credentials(server=url))
+        try:
+            while True:
+                try:
+                    _, connection = await asyncio.open_connection("127.0.0.1", port)
+                    connection.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.2)
+            results["three_replicas_on_leases"] = await _scenario(
+                broker.bootstrap, groups, True, url, api, work
+            )
+        finally:
+            await api.close()
+            server.terminate()
+            server.join(10)
+        results["peer_single_replica_restarted"] = await _scenario(
+            broker.bootstrap, groups, False, None, None, work
+        )
+    leased = results["three_replicas_on_leases"]["recovery_seconds_last_group"]
+    single = results["peer_single_replica_restarted"]["recovery_seconds_last_group"]
+    results["ratio_leases_to_single_restart"] = round(leased / single, 2) if single else None
+    return results
+
+
+def main(argv: list[str]) -> int:
+    groups = 100
+    for arg in argv:
+        if arg.startswith("--groups="):
+            groups = int(arg.split("=", 1)[1])
+    results = {
+        "benchmark": "failover",
+        "groups": groups,
+        "members_per_group": MEMBERS_PER_GROUP,
+        "state_partitions": STATE_PARTITIONS,
+        "lease_duration_seconds": LEASE_SECONDS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "cpus": os.cpu_count(),
+        **asyncio.run(run(groups)),
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    leased = results["three_replicas_on_leases"]
+    ok = leased["acknowledged_commits_lost"] == 0 and leased["partitions_moved"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
