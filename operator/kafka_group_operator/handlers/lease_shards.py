@@ -110,6 +110,8 @@ class LeasedShards:
         settings: LeaseSettings,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if runtime.config.served_partitions != frozenset():
+            raise ValueError("a runtime on Leases starts serving no partition of its own")
         self.settings = settings
         self.runtime = runtime
         config = settings.elector_config(runtime.config.partitions)
