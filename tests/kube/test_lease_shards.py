@@ -1,10 +1,11 @@
 """Coordinator shards on partition Leases: the elector drives real runtimes.
 
 Each replica is a ``LeasedShards`` (elector + ``CoordinatorRuntime``) against the Kubernetes
-test double and the embedded broker, with a 3 s Lease (renew deadline 2 s, retries every
-0.5 s). Covered: two replicas racing for one partition, a handover when a second replica
-comes, a replica restarted under the same name, and a replica whose renewals fail while a
-commit is in flight. No commit any replica acknowledged is ever missing at the next holder.
+test double and the embedded broker, with a 6 s Lease (renew deadline 4 s, a round every
+second): long enough that a loaded machine does not make the Leases churn. Covered: two
+replicas racing for one partition, a handover when a second replica comes, a replica
+restarted under the same name, and a replica whose renewals fail while a commit is in
+flight. No commit any replica acknowledged is ever missing at the next holder.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Replica:
             identity=identity,
             replicas=tuple(replicas),
             url_template="http://{identity}.kgo:8080",
-            lease_duration_seconds=3,
+            lease_duration_seconds=6,
         )
         self.shards = lease_shards.LeasedShards(api, self.runtime, settings)
         self.directory = self.shards.directory()
@@ -218,7 +219,7 @@ async def test_a_replica_restarted_under_the_same_name_takes_its_leases_back(
             await first.runtime.commit_offsets(_commit(group, 5 + partition))
     finally:
         await first.crash()
-    # Its Leases still name "a" and have not expired: nobody else could take them for 3 s,
+    # Its Leases still name "a" and have not expired: nobody else could take them for 6 s,
     # but "a" itself takes them back at once, fences the old writers and loads.
     again = Replica(api, broker.bootstrap, topic, partitions, "a", ["a"])
     await again.start()

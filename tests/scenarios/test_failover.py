@@ -1,9 +1,9 @@
 """Real processes on partition Leases: three ``kgo coordinator --lease-namespace`` processes
 share one state topic on the embedded broker, with the Kubernetes test double holding the
-Leases (3 s). The coordinator of a group is killed (SIGKILL) while its two member processes
-consume and commit: the survivors take its partitions over, the members follow the
-NOT_COORDINATOR hints there, keep every partition, and no commit they saw acknowledged is
-lost. Nothing is restarted.
+Leases (6 s, so that a loaded machine does not make them churn). The coordinator of a group
+is killed (SIGKILL) while its two member processes consume and commit: the survivors take
+its partitions over, the members follow the NOT_COORDINATOR hints there, keep every
+partition, and no commit they saw acknowledged is lost. Nothing is restarted.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _start(
             "--topic", state_topic, "--state-partitions", str(STATE_PARTITIONS),
             "--advertised-url", urls[index], "--lease-namespace", NAMESPACE,
             "--lease-replicas", ",".join(urls), "--lease-prefix", PREFIX,
-            "--lease-duration", "3", "--kube-server", api_url,
+            "--lease-duration", "6", "--kube-server", api_url,
             "--groups", str(directory / "groups.json"),
         ],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
