@@ -21,9 +21,9 @@ connections. The gateway listens on loopback:
 
 Requests are forwarded byte for byte; the gateway reads no further than the request header,
 and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
-``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports),
-``FindCoordinator`` (a group's coordinator -> the coordinator port, a transaction
-coordinator -> its broker port) and ``ApiVersions`` (those three capped at the versions kio
+``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports, plus the
+coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator port or a
+peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions`` (those three capped at the versions kio
 reads; on the coordinator port, the group APIs' versions are the listener's). Produce and
 Fetch payloads are never decoded. Rewritten replies are read and written with kio's types.
 
