@@ -142,12 +142,20 @@ class LeaseElector:
         """Elect until cancelled; then give every partition up (``on_lost`` first) and release."""
         watchdog = asyncio.create_task(self._watch_deadlines())
         try:
+            period = self.config.retry_period_seconds
             while True:
+                started = self.clock()
                 try:
                     await self.step()
                 except errors.KubeError as error:
                     log.warning("lease election round failed: %s", error)
-                await asyncio.sleep(self.config.retry_period_seconds)
+                # Rounds start every retry period, a slow round shortening the wait rather
+                # than adding to it (client-go waits a whole period after each): renewals go
+                # out as a round starts, so on a slow API server or a busy event loop this
+                # keeps them within the renew deadline. A tenth of a period at least, so
+                # that an overloaded API server is not asked back to back.
+                elapsed = self.clock() - started
+                await asyncio.sleep(max(period - elapsed, period / 10))
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
