@@ -19,10 +19,20 @@ checkpoint keeps them, as the log does). Then, on the same topic:
   start of the log, against the same loader given the compaction job's checkpoint (its rows,
   then only the log after it). Best of two each, alternating; all states must be equal.
 
+* **time to first record**: a fresh process (as a job starts) that opens the local Spark
+  session and reads the state topic through the job's data source until it holds one record,
+  with the time of each step (pyspark import, JVM and session, data-source registration,
+  planning, first record). Three runs; the median is the figure.
+* **linear fit**: least squares of time against records over the sizes, cold job and peer: the
+  slope (seconds per million records) and the fixed cost (the intercept), and from them the
+  ratio the two lines give at 10M records.
+
 ``--loader-only`` runs just the last part at the largest size: fill, the compaction job (cold),
 both loads; it replaces the ``loader`` figures of the largest run in the existing results.
+``--first-record-only`` runs only the time-to-first-record probe and replaces that part.
 
-Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records.
+Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records,
+``--sizes=N,N,...`` any sizes; ``--no-warm`` leaves the warm runs out.
 """
 
 from __future__ import annotations
@@ -302,6 +312,94 @@ def measure_loader(bootstrap: str, topic: str, location: Path) -> dict[str, Any]
     }
 
 
+# ----------------------------------------------------------------------------- first record
+
+# What a job does before its first record, step by step, in a fresh process; one JSON line of
+# {step: seconds since the process began} on stdout.
+_FIRST_RECORD = """
+import json, sys, time
+started = time.perf_counter()
+marks = {}
+def mark(step):
+    marks[step] = round(time.perf_counter() - started, 2)
+import pyspark.sql
+mark("import_pyspark")
+from kafka_group_jobs import arguments, session
+spark = session.build_session("kafka-group-first-record", "local[2]")
+mark("session_and_registration")
+frame, _, _ = arguments.read_state(spark, sys.argv[1], sys.argv[2], {}, [0])
+mark("planned")
+rows = frame.limit(1).collect()
+mark("first_record")
+assert len(rows) == 1
+print(json.dumps(marks), flush=True)
+spark.stop()
+"""
+
+
+def first_record(bootstrap: str, topic: str, runs: int = 3) -> dict[str, Any]:
+    """Median time from a fresh process to its first record, with the steps of that run."""
+    measured = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _FIRST_RECORD, bootstrap, topic],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the first-record probe failed:\n{done.stderr[-3000:]}")
+        marks = json.loads(done.stdout.strip().splitlines()[-1])
+        # The interpreter's own start before the probe's clock began, included.
+        marks["process_start"] = round(time.perf_counter() - started - marks["first_record"], 2)
+        measured.append(marks)
+        print(json.dumps(marks), flush=True)
+    measured.sort(key=lambda marks: marks["first_record"])
+    median = measured[len(measured) // 2]
+    return {
+        "runs": measured,
+        "median_first_record_s": median["first_record"],
+        "target_s": 10.0,
+    }
+
+
+def linear_fit(points: list[tuple[int, float]]) -> dict[str, float]:
+    """Least squares ``seconds = fixed + slope * records``; slope per million, r²."""
+    n = len(points)
+    xs = [records / 1e6 for records, _ in points]
+    ys = [seconds for _, seconds in points]
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    fixed = mean_y - slope * mean_x
+    total = sum((y - mean_y) ** 2 for y in ys)
+    residual = sum((y - fixed - slope * x) ** 2 for x, y in zip(xs, ys, strict=True))
+    return {
+        "fixed_s": round(fixed, 2),
+        "slope_s_per_million": round(slope, 2),
+        "r_squared": round(1 - residual / total, 3) if total else 1.0,
+    }
+
+
+def fits(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The linear fit of each job and its peer, and the ratio the fits give at 10M records."""
+    found: dict[str, Any] = {}
+    for job in ("snapshot", "compaction"):
+        spark = linear_fit([(run["records"], run[job]["spark_s"]) for run in runs])
+        peer = linear_fit([(run["records"], run[job]["peer_s"]) for run in runs])
+
+        def at(fit: dict[str, float], millions: float) -> float:
+            return fit["fixed_s"] + fit["slope_s_per_million"] * millions
+
+        found[job] = {
+            "spark": spark,
+            "peer": peer,
+            "ratio_at_10m_from_fits": round(at(spark, 10) / at(peer, 10), 2),
+        }
+    return found
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -405,15 +503,42 @@ def loader_only(size: int) -> int:
     return 0
 
 
+def first_record_only() -> int:
+    """Only the time-to-first-record figures, replaced in the existing results."""
+    with embedded.running_broker() as broker:
+        topic = "bench-jobs-first-record"
+        fill(broker.bootstrap, topic, 20_000)
+        figures = first_record(broker.bootstrap, topic)
+    summary = json.loads(RESULTS.read_text())
+    summary["first_record"] = figures
+    RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+def chosen_sizes(argv: list[str]) -> tuple[int, ...]:
+    for arg in argv:
+        if arg.startswith("--sizes="):
+            return tuple(int(size) for size in arg.removeprefix("--sizes=").split(","))
+    return QUICK_SIZES if "--quick" in argv else SIZES
+
+
 def main(argv: list[str]) -> int:
-    sizes = QUICK_SIZES if "--quick" in argv else SIZES
+    sizes = chosen_sizes(argv)
     if "--loader-only" in argv:
         return loader_only(sizes[-1])
+    if "--first-record-only" in argv:
+        return first_record_only()
     runs = []
+    warm: list[dict[str, Any]] = []
     with embedded.running_broker() as broker, tempfile.TemporaryDirectory() as work:
+        started = time.perf_counter()
+        fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
+        figures = first_record(broker.bootstrap, "bench-jobs-first-record")
         for size in sizes:
             runs.append(measure(broker.bootstrap, size, Path(work), size == sizes[-1]))
-        warm = measure_warm(broker.bootstrap, sizes, Path(work))
+        if "--no-warm" not in argv:
+            warm = measure_warm(broker.bootstrap, sizes, Path(work))
+        print(f"bench jobs: {time.perf_counter() - started:.0f} s", flush=True)
     largest = runs[-1]
     first = runs[0]
     growth = largest["records"] / first["records"]
@@ -424,15 +549,19 @@ def main(argv: list[str]) -> int:
     warm_scaling = {
         job: round((warm[-1][f"{job}_s"] / warm[0][f"{job}_s"]) / growth, 2)
         for job in ("snapshot", "compaction")
+        if warm
     }
     summary = {
         "benchmark": "jobs",
         "master": "local[2]",
         "runs": runs,
-        "targets": {"ratio_max": 1.5, "loader_speedup_min": 5.0},
+        "targets": {"ratio_max": 1.5, "loader_speedup_min": 5.0, "first_record_max_s": 10.0},
         # time(largest)/time(smallest) divided by records(largest)/records(smallest): 1.0 is
         # linear; below 1 the fixed JVM start is still a large share of the smallest run.
         "scaling_vs_linear": scaling,
+        # seconds = fixed + slope * records, per job and peer (cold: JVM start included).
+        "linear_fit": fits(runs),
+        "first_record": figures,
         # The same jobs in a session already running (no JVM start): the part that grows.
         "warm_runs": warm,
         "warm_scaling_vs_linear": warm_scaling,
