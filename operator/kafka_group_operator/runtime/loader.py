@@ -17,9 +17,9 @@ Kafka's loader does; any other undecodable record fails that partition's load.
 The loader reads with ``isolation.level=read_committed``: records of a transaction that a
 fenced or crashed writer never committed are not state. Writing the marker starts this
 process's transactional producer for the partition, which fences any other coordinator's
-writer of it first (see ``writer``): after the marker, no one else can commit to the
-partition. A partition whose marker cannot be written because this writer is itself fenced
-ends its load with ``WriterFenced``.
+writer of it first, and the marker lands after that fencing (``StateWriter.append_marker``):
+after the marker, no one else can commit to the partition. A partition whose marker cannot
+be written because this writer is itself fenced ends its load with ``WriterFenced``.
 
 With a compaction checkpoint configured, each partition starts from the checkpoint's
 survivors instead of from nothing, and the log is read from the first offset the checkpoint
@@ -173,7 +173,7 @@ class PartitionLoader:
             # Writing the same marker twice is harmless: the first one ends the read.
             while True:
                 try:
-                    offset = await self._writer.append(partition, [encoded])
+                    offset = await self._writer.append_marker(partition, encoded)
                     if written is not None:
                         written.put((partition, offset))
                     return

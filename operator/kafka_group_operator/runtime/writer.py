@@ -34,6 +34,11 @@ holder's probe won the few milliseconds between fencing and marker: a heuristic 
 processes that were never meant to share a partition, which leases rule out); probe markers
 themselves are no evidence (the holder in doubt writes them).
 
+Markers outside transactions (take, probe, and the load marker of a producer that starts
+now: ``append_marker``) go through one plain producer per writer, shared by all partitions.
+A load thus costs each partition one ``init_transactions`` and plain produces, no
+transaction of its own.
+
 librdkafka's transactional calls block, so each partition's producer runs them on a thread
 of its own: partitions commit in parallel, and one partition's appends stay in order.
 """
@@ -81,6 +86,58 @@ def transactional_id(topic: str, partition: int) -> str:
     return f"{topic}.{partition}.writer"
 
 
+class _MarkerProducer:
+    """The one plain producer of a writer: markers appended outside any transaction (take and
+    probe markers, and a load marker right after a new producer's fencing), for every
+    partition. Plain and not idempotent: a marker written twice is harmless, and an
+    idempotent produce costs some brokers an update of shared producer state (tansu keeps
+    every idempotent producer it ever saw in one metadata document). Created at the first
+    marker and shared, so a start-up that takes every partition opens one connection for
+    its markers instead of two producers per partition."""
+
+    def __init__(self, config: Mapping[str, str | int | bool]) -> None:
+        self._config = {
+            key: value
+            for key, value in config.items()
+            if key not in ("enable.idempotence", "transaction.timeout.ms")
+        }
+        self._config["enable.idempotence"] = False
+        self._timeout_s = int(config["message.timeout.ms"]) / 1000
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def append(self, topic: str, partition: int, key: bytes, value: bytes | None) -> int:
+        """Append one record and wait for the brokers; its offset. Any partition's thread may
+        call it: whichever thread polls serves every delivery, each wakes its own caller."""
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self._config)
+            producer = self._producer
+        done = threading.Event()
+        outcome: list[KafkaError | int] = []
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            outcome.append(error if error is not None else (message.offset() or 0))
+            done.set()
+
+        producer.produce(topic, value, key, partition=partition, on_delivery=delivered)
+        # message.timeout.ms bounds the delivery report; the margin covers a busy machine.
+        deadline = time.monotonic() + self._timeout_s + 5
+        while not done.is_set() and time.monotonic() < deadline:
+            producer.poll(0.01)
+        if not outcome:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
+        if isinstance(outcome[0], KafkaError):
+            raise KafkaException(outcome[0])
+        return outcome[0]
+
+    def close(self, timeout_s: float) -> None:
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(timeout_s)
+
+
 class _PartitionProducer:
     """One partition's transactional producer and the thread its blocking calls run on."""
 
@@ -91,11 +148,12 @@ class _PartitionProducer:
         topic: str,
         partition: int,
         nonce_prefix: str,
+        markers: _MarkerProducer,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self._nonce_prefix = nonce_prefix
-        self._plain_config = dict(config)
+        self._markers = markers
         self._reader_config = dict(reader_config)
         self._config = {**config, "transactional.id": transactional_id(topic, partition)}
         self._timeout_s = int(config["message.timeout.ms"]) / 1000
@@ -103,6 +161,8 @@ class _PartitionProducer:
             1, thread_name_prefix=f"state-writer-{partition}"
         )
         self._producer: Producer | None = None
+        # A producer whose init_transactions timed out: the next start resumes it.
+        self._starting: Producer | None = None
         # Offset of the last record this writer committed to the partition (-1: none yet).
         self._last_committed = -1
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
@@ -115,30 +175,61 @@ class _PartitionProducer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, function, *args)  # type: ignore[arg-type]
 
+    def mark(self, marker: EncodedRecord) -> int:
+        """In the partition's thread: append a marker (a record never replayed) that lands
+        after this writer holds the partition; its offset. A writer that starts its producer
+        now writes it plainly right after the fencing, as the second take marker (its
+        ``init_transactions`` just settled every older holder's transaction, so the marker
+        follows everything they committed); one whose producer runs already commits it in a
+        transaction, which fails if another coordinator fenced it since."""
+        if self._producer is None and not self.fenced:
+            return self._start_producer(marker)
+        return self.transact([marker])
+
+    def _start_producer(self, marker: EncodedRecord | None = None) -> int:
+        """A new transactional producer that fenced every older holder; the offset of the
+        marker written after the fencing (``marker``, or a take marker)."""
+        try:
+            if self._in_doubt and self._last_committed >= 0:
+                self._look_for_a_new_holder()
+            self._in_doubt = False
+            # Said before it fences: an older holder whose write the fencing cut short
+            # probes the log after it, and so finds this marker (see the module docstring).
+            self._append_plain_marker("take")
+            # A start that timed out resumes with the same producer (librdkafka's advice):
+            # a new one would ask the brokers for a new epoch again, and an overloaded
+            # broker might never get through.
+            producer = self._starting or Producer(self._config)
+            self._starting = producer
+            producer.init_transactions(self._timeout_s)
+        except KafkaException as error:
+            failure: KafkaError = error.args[0]
+            if failure.fatal() or not failure.retriable():
+                self._starting = None
+            raise errors.WriteFailed(
+                f"cannot start the state producer: {failure.str()}", failure.name()
+            ) from error
+        self._starting = None
+        self._producer = producer
+        # And once more after: the older holder may have committed between the first
+        # marker and the fencing, and its probe reads only from its last commit on.
+        if marker is None:
+            return self._append_plain_marker("take")
+        try:
+            return self._markers.append(self.topic, self.partition, *marker)
+        except KafkaException as error:
+            raise errors.WriteFailed(
+                f"cannot write a marker: {error.args[0].str()}", "COORDINATOR_NOT_AVAILABLE"
+            ) from error
+
     def transact(self, batch: Sequence[EncodedRecord]) -> int:
         """In the partition's thread: one transaction holding ``batch``; its last offset."""
         if self.fenced:
             raise self._fenced(KafkaError(KafkaError._FENCED))
         if self._producer is None:
-            try:
-                if self._in_doubt and self._last_committed >= 0:
-                    self._look_for_a_new_holder()
-                self._in_doubt = False
-                # Said before it fences: an older holder whose write the fencing cut short
-                # probes the log after it, and so finds this marker (see the module docstring).
-                self._append_plain_marker("take")
-                producer = Producer(self._config)
-                producer.init_transactions(self._timeout_s)
-                # And once more after: the older holder may have committed between the first
-                # marker and the fencing, and its probe reads only from its last commit on.
-                self._append_plain_marker("take")
-            except KafkaException as error:
-                failure: KafkaError = error.args[0]
-                raise errors.WriteFailed(
-                    f"cannot start the state producer: {failure.str()}", failure.name()
-                ) from error
-            self._producer = producer
+            self._start_producer()
         producer = self._producer
+        assert producer is not None
         last_offset = -1
         failures: list[KafkaError] = []
 
@@ -240,27 +331,17 @@ class _PartitionProducer:
 
     def _append_plain_marker(self, purpose: str) -> int:
         """A load marker naming this writer, appended outside any transaction; its offset."""
-        producer = Producer(self._plain_config)
         nonce = f"{self._nonce_prefix}{purpose}-{uuid.uuid4().hex}"
         key, value = codec.encode_record(
             records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
         )
-        offsets: list[int] = []
-        producer.produce(
-            self.topic,
-            value,
-            key,
-            partition=self.partition,
-            on_delivery=lambda error, message: offsets.append(
-                -1 if error is not None else (message.offset() or 0)
-            ),
-        )
-        producer.flush(self._timeout_s)
-        if not offsets or offsets[0] < 0:
+        try:
+            return self._markers.append(self.topic, self.partition, key, value)
+        except KafkaException as error:
             raise errors.WriteFailed(
-                f"cannot write a {purpose} marker", "COORDINATOR_NOT_AVAILABLE"
-            )
-        return offsets[0]
+                f"cannot write a {purpose} marker: {error.args[0].str()}",
+                "COORDINATOR_NOT_AVAILABLE",
+            ) from error
 
     def _settle(self, producer: Producer, error: KafkaError) -> errors.StateTopicError:
         """The error to raise for a transaction that failed with ``error``. Unless the
@@ -353,6 +434,7 @@ class StateWriter:
             **kafka_config,
         }
         self._producers: dict[int, _PartitionProducer] = {}
+        self._markers = _MarkerProducer(self._config)
         self._fenced: set[int] = set()
         self._nonce_prefix = f"{COORDINATOR_NONCE_PREFIX}{uuid.uuid4().hex[:16]}-"
         self._running = False
@@ -372,21 +454,41 @@ class StateWriter:
         """Produce ``batch`` to ``partition`` in one transaction; once it is committed, return
         the offset of the last record (-1 for an empty batch). Raises ``WriterFenced`` when
         another coordinator holds the partition, ``WriteFailed`` when the outcome is unknown."""
+        if not batch:
+            self._check(partition)
+            return -1
+        return await self._call(partition, "transact", batch)
+
+    async def append_marker(self, partition: int, marker: EncodedRecord) -> int:
+        """Append a marker record (never replayed: a load, read-fence or fence-check marker)
+        that lands after everything any coordinator committed to ``partition`` before this
+        writer held it; its offset. Fails as ``append`` does. Cheaper than ``append`` when
+        the partition's producer starts now (a load): the marker is then written plainly
+        right after the producer's fencing, not in a transaction of its own."""
+        return await self._call(partition, "mark", marker)
+
+    def _check(self, partition: int) -> None:
         if not self._running:
             raise errors.WriteFailed("the state writer is stopped", "COORDINATOR_NOT_AVAILABLE")
         if partition in self._fenced:
             raise errors.WriterFenced(partition, f"state partition {partition} was fenced")
-        if not batch:
-            return -1
+
+    async def _call(self, partition: int, method: str, argument: object) -> int:
+        self._check(partition)
         with self._lock:
             producer = self._producers.get(partition)
             if producer is None:
                 producer = _PartitionProducer(
-                    self._config, self._reader_config, self.topic, partition, self._nonce_prefix
+                    self._config,
+                    self._reader_config,
+                    self.topic,
+                    partition,
+                    self._nonce_prefix,
+                    self._markers,
                 )
                 self._producers[partition] = producer
         try:
-            return await producer.call(producer.transact, batch)
+            return await producer.call(getattr(producer, method), argument)
         except RuntimeError as error:  # the writer stopped meanwhile
             raise errors.WriteFailed(
                 f"the state writer is stopped: {error}", "COORDINATOR_NOT_AVAILABLE"
@@ -408,3 +510,4 @@ class StateWriter:
             thread.start()
         for thread in threads:
             thread.join(timeout_s + 2)
+        self._markers.close(timeout_s)
