@@ -240,6 +240,9 @@ async def start_compaction_schedule(memo: Any, logger: Any, **_: Any) -> None:
     if settings is None:
         logger.info("state-topic compaction is not scheduled (no schedule or storage URI)")
         return
+    if not compaction.schedules_here(os.environ):
+        logger.info("state-topic compaction is scheduled on the first replica, not this one")
+        return
     memo[COMPACTION_KEY] = asyncio.create_task(
         compaction.loop(settings, lambda: _running_operator(memo), logger),
         name="compaction-schedule",

@@ -45,6 +45,21 @@ def schedule_of(env: Mapping[str, str]) -> CompactionSchedule | None:
     return CompactionSchedule(schedule, storage, env.get("KGO_POD_NAMESPACE", "default"))
 
 
+def schedules_here(env: Mapping[str, str]) -> bool:
+    """Whether this replica runs the schedule: with several replicas, only the first
+    (``<statefulset>-0``), so that two replicas never write the same checkpoint at once (every
+    replica has the same schedule and storage). While that pod is away no checkpoint is
+    written; the loaders read a little more log meanwhile, nothing is lost."""
+    try:
+        replicas = int(env.get("KGO_REPLICAS", "1"))
+    except ValueError:
+        replicas = 1
+    if replicas <= 1:
+        return True
+    pod = (env.get("KGO_POD_NAME") or env.get("HOSTNAME") or "").strip()
+    return pod.rpartition("-")[2] == "0"
+
+
 async def run_to_end(
     runner: job_runner.JobRunner, run: job_runner.JobRun, poll_seconds: float
 ) -> job_runner.JobOutcome:
