@@ -9,6 +9,7 @@ from typing import Any
 from kafka_group_operator.commands import kube_operator
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.kube import leases
+from kafka_group_operator.protocol import peers
 from tests.chart.test_chart import REQUIRED, _find, _render, _rules
 
 FULLNAME = "kgo-kafka-group-operator"
@@ -51,8 +52,9 @@ def test_each_replica_knows_its_identity_address_and_share() -> None:
     assert env["KGO_LEASE_DURATION_SECONDS"]["value"] == "6"
     peer_url = env["KGO_PEER_URL"]["value"]
     assert peer_url == f"http://{{identity}}.{HEADLESS}.kgo-system.svc:8080"
-    # The coordinator listener advertises the Service (the gateways' address), not a replica:
-    # its FindCoordinator does not follow the Leases yet.
+    # Each replica's coordinator listener is reached through the headless Service (with the
+    # namespace: Kafka clients run in the groups' namespaces), on the chart's Kafka port.
+    assert env["KGO_KAFKA_PEER_ADDRESS"]["value"] == f"{{identity}}.{HEADLESS}.kgo-system.svc:9092"
     assert "KGO_KAFKA_ADVERTISED_HOST" not in env
     assert env["KGO_INTERNAL_TOKEN"]["valueFrom"] == {
         "secretKeyRef": {"name": f"{FULLNAME}-internal", "key": "token"}
@@ -78,10 +80,20 @@ def test_each_replica_knows_its_identity_address_and_share() -> None:
         f"http://{FULLNAME}-1.{HEADLESS}.kgo-system.svc:8080"
     )
     assert config.internal_token == "secret"
+    # Its listener advertises its own address, and names the others' by theirs.
+    address_of = peers.address_template(config.leases.kafka_peer_address)
+    assert address_of(f"{FULLNAME}-1") == (f"{FULLNAME}-1.{HEADLESS}.kgo-system.svc", 9092)
     peering = kube_operator.peering_for(config)
     assert peering == kube_operator.Peering(
         standalone=False, name=FULLNAME, priority=kube_operator.PEERING_TOP_PRIORITY - 1
     )
+
+
+def test_the_replicas_kafka_address_follows_the_kafka_port() -> None:
+    container = _container(_render(*REQUIRED, "--set", "api.kafkaPort=9093"))
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["KGO_KAFKA_PEER_ADDRESS"] == f"{{identity}}.{HEADLESS}.kgo-system.svc:9093"
+    assert env["KGO_KAFKA_PORT"] == "9093"
 
 
 def test_replicas_prefer_distinct_nodes_unless_the_affinity_is_given() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from kafka_group_operator.manifests import consumer_group
+from kafka_group_operator.protocol import peers
 
 # librdkafka needs file paths for these; the Secret mounts them as files with these names.
 _FILE_PROPERTIES = {
@@ -32,7 +33,11 @@ class LeaseConfig:
     On when ``KGO_REPLICAS`` is above 1 or ``KGO_LEASES`` is true. The replicas are the
     StatefulSet's pods ``<statefulset>-0`` .. ``-<replicas-1>``; this one is ``KGO_POD_NAME``
     (the chart sets it from the pod's name); ``peer_url`` (with ``{identity}``) is how
-    members reach a replica, through the headless Service.
+    members reach a replica, through the headless Service, and ``kafka_peer_address``
+    (``KGO_KAFKA_PEER_ADDRESS``, ``host:port`` with ``{identity}``) how Kafka clients reach a
+    replica's coordinator listener: FindCoordinator names the holder's, and each replica's
+    listener advertises its own (by default through the headless Service, with the namespace,
+    as Kafka clients run in the groups' namespaces).
     """
 
     namespace: str
@@ -42,6 +47,7 @@ class LeaseConfig:
     lease_prefix: str
     peer_url: str
     lease_duration_seconds: int = 15
+    kafka_peer_address: str = "{identity}:9092"
 
     @property
     def identities(self) -> tuple[str, ...]:
@@ -70,6 +76,14 @@ class LeaseConfig:
         peer_url = env.get("KGO_PEER_URL") or f"http://{{identity}}.{statefulset}-headless:{port}"
         if "{identity}" not in peer_url:
             raise ConfigError(f"KGO_PEER_URL must contain {{identity}}, not {peer_url!r}")
+        kafka_peer_address = env.get("KGO_KAFKA_PEER_ADDRESS") or (
+            f"{{identity}}.{statefulset}-headless.{namespace}.svc:"
+            f"{_integer(env, 'KGO_KAFKA_PORT', 9092)}"
+        )
+        try:
+            peers.address_template(kafka_peer_address)
+        except ValueError as error:
+            raise ConfigError(f"KGO_KAFKA_PEER_ADDRESS: {error}") from None
         duration = _integer(env, "KGO_LEASE_DURATION_SECONDS", cls.lease_duration_seconds)
         if duration < 2:
             raise ConfigError(f"KGO_LEASE_DURATION_SECONDS must be at least 2, not {duration}")
@@ -81,6 +95,7 @@ class LeaseConfig:
             lease_prefix=env.get("KGO_LEASE_PREFIX") or f"{statefulset}-partition",
             peer_url=peer_url,
             lease_duration_seconds=duration,
+            kafka_peer_address=kafka_peer_address,
         )
 
 
@@ -98,7 +113,8 @@ class OperatorConfig:
     # What consumer pods use to reach the member API (the chart's Service).
     coordinator_url: str = "http://kafka-group-operator:8080"
     # The coordinator listener (Kafka protocol) beside the member API: its port, the host it
-    # tells clients (default: the host of coordinator_url), and TLS when both files are set.
+    # tells clients (default: the host of coordinator_url; with Leases each replica's own,
+    # ``LeaseConfig.kafka_peer_address``), and TLS when both files are set.
     kafka_port: int = 9092
     kafka_advertised_host: str | None = None
     kafka_tls_cert_file: str | None = None

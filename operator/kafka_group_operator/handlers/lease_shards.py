@@ -12,6 +12,8 @@ holding nothing yet gets its share, and a dead one's partitions are taken over.
 the partitions it serves, else the holder the elector last read, as a URL (``url_template``
 with ``{identity}``, e.g. ``http://{identity}.kgo-headless:8080``; ``{identity}`` alone when
 the identities are URLs). That goes into every ``NOT_COORDINATOR`` answer of the member API.
+``kafka_peers`` is its twin for the Kafka-protocol listener (``protocol.peers.LeasePeers``):
+FindCoordinator names the holder's listener, its address from the holder's identity.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from kafka_group_operator.api import discovery
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import elector
+from kafka_group_operator.protocol import peers
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_records import partitioning
 
@@ -143,6 +146,19 @@ class LeasedShards:
             advertised_url=advertised_url or self.settings.url_of(self.settings.identity),
             serving=self.runtime.serving,
             holder_url=self.holder_url,
+        )
+
+    def kafka_peers(self, address_of: Callable[[str], peers.Address]) -> peers.LeasePeers:
+        """The Kafka listener's peers for this replica: ``address_of`` gives a replica's
+        listener address from its identity (``peers.address_template``); the listener
+        advertises this replica's own."""
+        return peers.LeasePeers(
+            partitions=self.runtime.config.partitions,
+            identity=self.settings.identity,
+            replicas=tuple(self.settings.replicas),
+            address_of=address_of,
+            serving=self.runtime.serving,
+            holder=self.elector.holder,
         )
 
     def holder_url(self, partition: int) -> str | None:

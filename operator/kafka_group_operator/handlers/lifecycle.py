@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import coordinator_port, lease_shards, ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.protocol import peers
 from kafka_group_operator.runtime import coordinator_runtime
 
 # Our own prefix, so that kopf's bookkeeping reads as ours in `kubectl get -o yaml` and diffs.
@@ -185,15 +187,7 @@ async def _start_coordinator(
         )
         await runner.setup()
         kafka_listener = protocol_listener.Listener(
-            runtime,
-            group_tokens,
-            protocol_listener.ListenerConfig(
-                host=config.api_host,
-                port=config.kafka_port,
-                advertised_host=operator_config.kafka_listener_host(config),
-                certificate_file=config.kafka_tls_cert_file,
-                key_file=config.kafka_tls_key_file,
-            ),
+            runtime, group_tokens, listener_config(config, shards)
         )
         metrics_runner: web.AppRunner | None = None
         try:
@@ -287,6 +281,33 @@ def _shards(
         lease_duration_seconds=leases.lease_duration_seconds,
     )
     return lease_shards.LeasedShards(kube, runtime, settings)
+
+
+def listener_config(
+    config: operator_config.OperatorConfig,
+    shards: lease_shards.LeasedShards | None,
+    address_of: Callable[[str], peers.Address] | None = None,
+) -> protocol_listener.ListenerConfig:
+    """The coordinator listener's settings. With Leases its FindCoordinator follows them
+    (``LeasePeers``) and it advertises this replica's own address, not the Service's: a
+    client told "this node" must come back to this replica. ``address_of`` (a replica's
+    listener by identity) defaults to ``KGO_KAFKA_PEER_ADDRESS``'s template."""
+    kafka_peers = None
+    host, port = operator_config.kafka_listener_host(config), None
+    if shards is not None and config.leases is not None:
+        if address_of is None:
+            address_of = peers.address_template(config.leases.kafka_peer_address)
+        kafka_peers = shards.kafka_peers(address_of)
+        host, port = kafka_peers.own
+    return protocol_listener.ListenerConfig(
+        host=config.api_host,
+        port=config.kafka_port,
+        advertised_host=host,
+        advertised_port=port,
+        peers=kafka_peers,
+        certificate_file=config.kafka_tls_cert_file,
+        key_file=config.kafka_tls_key_file,
+    )
 
 
 @kopf.on.login()

@@ -1,10 +1,12 @@
 """ApiVersions, Metadata and FindCoordinator: the listener presents itself as a one-node
 cluster whose node coordinates every group.
 
-When several coordinators split the state topic (``Services.peers``), FindCoordinator names
-each group's own coordinator (``COORDINATOR_NOT_AVAILABLE``, retriable, for a partition no
-peer is known to serve), and Metadata lists every coordinator as a node (leading no
-partition), so that a client finds the coordinator it was sent to among the nodes."""
+When several coordinators split the state topic (``Services.peers``: a static map, or the
+partition Leases' holders), FindCoordinator names each group's own coordinator
+(``COORDINATOR_NOT_AVAILABLE``, retriable, for a partition no peer is known to serve: not in
+the map, or between two holders of its Lease), and Metadata lists every coordinator as a
+node (leading no partition), so that a client finds the coordinator it was sent to among
+the nodes."""
 
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ def _coordinator_of(ctx: dispatch.RequestContext, key: str) -> dispatch.Node:
     if location.address is None:
         raise errors.CoordinatorNotAvailable(
             f"no coordinator is known for state partition {location.partition} "
-            f"(group {key!r}): see --kafka-peers"
+            f"(group {key!r}): not in --kafka-peers, or its Lease is changing hands"
         )
     return dispatch.Node(peers.node_id_for(location.address), *location.address)
 

@@ -118,7 +118,7 @@ class Services:
     # How long SaslAuthenticate waits for the tokens to load (see ``sasl``).
     loading_hold_s: float = 5.0
     # Who serves the groups of other state partitions (None: this listener serves all).
-    peers: peers.KafkaPeers | None = None
+    peers: peers.Peers | None = None
 
 
 @dataclass

@@ -60,7 +60,7 @@ class ListenerConfig:
     # Several coordinators splitting the state topic: who serves the other partitions'
     # groups (FindCoordinator names them). The node id is then derived from the advertised
     # address (``peers.node_id_for``), so that every coordinator names this one alike.
-    peers: peers.KafkaPeers | None = None
+    peers: peers.Peers | None = None
     # TLS when both are given (PEM files).
     certificate_file: str | None = None
     key_file: str | None = None

@@ -7,6 +7,12 @@ own coordinator (as a Kafka broker names the leader of the group's ``__consumer_
 partition), and Metadata lists every coordinator as a node, so that a client which met one
 through FindCoordinator finds it among the cluster's nodes.
 
+With Leases (the operator's replicas, ``handlers.lease_shards``) the split is not fixed:
+``LeasePeers`` answers from the elector's view, this listener for the partitions its runtime
+serves, else the Kafka listener of the Lease's holder, whose address comes from the holder's
+identity (``address_template``: ``{identity}.<statefulset>-headless.<namespace>.svc:9092``,
+as the member API's peer URL). The listener and FindCoordinator use either through ``Peers``.
+
 Node ids are derived from the listener's address (``node_id_for``): every coordinator gives
 the same id to the same listener without agreeing on anything else, and two listeners never
 share one (a client that took two coordinators for one node would send a group's requests
@@ -16,8 +22,9 @@ to the wrong one). Specs are hostile input: a malformed one raises ``ValueError`
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kafka_group_operator.api import discovery
 from kafka_group_records import partitioning
@@ -74,6 +81,21 @@ class Location:
     address: Address | None
 
 
+class Peers(Protocol):
+    """Who coordinates a group, for a listener among several splitting the state topic."""
+
+    @property
+    def own(self) -> Address | None:
+        """This listener's advertised address, when the peers know it."""
+        ...
+
+    def locate(self, group_id: str) -> Location: ...
+
+    def addresses(self) -> list[Address]:
+        """Every other coordinator's listener, each once, in a stable order."""
+        ...
+
+
 @dataclass(frozen=True)
 class KafkaPeers:
     """This listener serves ``served`` (``None``: every partition); ``peers`` the others.
@@ -111,3 +133,69 @@ class KafkaPeers:
     def addresses(self) -> list[Address]:
         """Every peer listener, each once, in a stable order."""
         return sorted({address for address in self.peers.values() if address != self.own})
+
+
+def address_template(template: str) -> Callable[[str], Address]:
+    """A replica's listener address from its identity: ``template`` with ``{identity}``
+    replaced, as ``host:port``; ``ValueError`` naming a template that cannot give one."""
+    if "{identity}" not in template:
+        raise ValueError(f"the address template {template!r} has no {{identity}}")
+    parse_address(template.replace("{identity}", "replica-0"))
+
+    def address_of(identity: str) -> Address:
+        return parse_address(template.replace("{identity}", identity))
+
+    return address_of
+
+
+@dataclass(frozen=True)
+class LeasePeers:
+    """The peers of a replica on partition Leases (see the module docstring).
+
+    ``serving(p)`` is whether the local runtime has taken partition p, ``holder(p)`` the
+    identity of p's Lease holder as this replica last read it (None: nobody known, which
+    FindCoordinator answers with the retriable ``COORDINATOR_NOT_AVAILABLE``), and
+    ``address_of`` a replica's listener address by identity. The replicas are fixed (the
+    StatefulSet's pods), so Metadata names every one of them, alive or not.
+    """
+
+    partitions: int
+    identity: str
+    replicas: Sequence[str]
+    address_of: Callable[[str], Address]
+    serving: Callable[[int], bool]
+    holder: Callable[[int], str | None]
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ValueError(f"the state topic has {self.partitions} partitions")
+        if self.identity not in self.replicas:
+            raise ValueError(f"{self.identity!r} is not among the replicas {list(self.replicas)}")
+        addresses = [self.address_of(replica) for replica in self.replicas]
+        if len(set(addresses)) != len(addresses):
+            # Two replicas at one address would be one node to a client.
+            raise ValueError(f"replicas share a listener address: {addresses}")
+
+    @property
+    def own(self) -> Address:
+        return self.address_of(self.identity)
+
+    def locate(self, group_id: str) -> Location:
+        partition = partitioning.partition_for(group_id, self.partitions)
+        if self.serving(partition):
+            return Location(partition, True, None)
+        holder = self.holder(partition)
+        if holder is None:
+            return Location(partition, False, None)
+        # Held here but not taken yet (the runtime is about to): this listener, which
+        # answers COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR until it serves.
+        if holder == self.identity:
+            return Location(partition, True, None)
+        try:
+            return Location(partition, False, self.address_of(holder))
+        except ValueError:  # a foreign holder whose name makes no address: nobody known
+            return Location(partition, False, None)
+
+    def addresses(self) -> list[Address]:
+        own = self.own
+        return sorted({self.address_of(r) for r in self.replicas if self.address_of(r) != own})
