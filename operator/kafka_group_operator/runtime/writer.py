@@ -27,7 +27,8 @@ last committed record: every coordinator's load and fence-check markers carry a 
 its writer (``marker_nonce``), and the writer appends a plain probe marker and reads the log
 from that record to the probe (``read_uncommitted``: its own unsettled transaction must not
 block the read). A foreign coordinator's marker there means this writer was fenced. A writer
-appends a plain "take" marker before and right after every ``init_transactions``, so that a
+appends a plain "take" marker before and right after every ``init_transactions`` (after it,
+a load's own marker when a load starts the producer: it names the writer too), so that a
 fencing that cut an older holder's transaction short has its marker ahead of that holder's
 probe (the one before unless the holder committed in between, the one after unless the
 holder's probe won the few milliseconds between fencing and marker: a heuristic for
