@@ -134,6 +134,41 @@ def _in_doubt(state_writer: writer.StateWriter, partition: int) -> None:
     producer._drop()
 
 
+async def test_a_load_marker_follows_the_fencing_and_every_commit_before_it(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+
+    def marker_of(state_writer: writer.StateWriter) -> tuple[bytes, bytes | None]:
+        return codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(),
+                records.LoadMarkerValue(state_writer.marker_nonce("load"), 0),
+            )
+        )
+
+    load, later = marker_of(second), marker_of(second)
+    try:
+        await first.append(0, [_record(1)])
+        # The second's first write: its producer starts (fencing the first), and the marker
+        # is written after that, outside a transaction.
+        at = await second.append_marker(0, load)
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [_record(2)])
+        # With its producer running, a marker is committed in a transaction, further on.
+        assert await second.append_marker(0, later) > at
+        log = logs.read_partition(broker.bootstrap, name, 0)  # read_committed
+        assert log.index(_record(1)) < log.index(load) < log.index(later)
+    finally:
+        first.stop()
+        second.stop()
+
+
 async def test_after_an_unknown_outcome_a_writer_does_not_fence_the_new_holder_back(
     broker: embedded.EmbeddedBroker,
 ) -> None:
