@@ -9,9 +9,13 @@ import pytest
 from kafka_group_operator.embedded import broker as embedded
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def broker() -> Iterator[embedded.EmbeddedBroker]:
-    """One in-memory broker for the whole run; tests use their own topic names."""
+    """One in-memory broker per test module; tests use their own topic names. Not one for the
+    whole run: this broker keeps every transactional and idempotent producer it ever saw in
+    one document that it rewrites at each transactional step, so over a thousand tests its
+    transactions slow from milliseconds to hundreds of them (and the coordinator's every
+    write is a transaction). It starts in a tenth of a second."""
     with embedded.running_broker() as running:
         yield running
 
