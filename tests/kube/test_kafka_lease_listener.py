@@ -16,6 +16,7 @@ the gateway consumes a group that the other coordinates.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 import uuid
@@ -128,11 +129,7 @@ async def pair(
 ) -> AsyncIterator[dict[str, Replica]]:
     """Both replicas started, each serving its one partition (the fair share of two)."""
     api = client.KubeClient(client.Credentials(server=str(kmock.url)))
-    ports = {name: embedded.free_port() for name in NAMES}
-
-    def address_of(identity: str) -> peers.Address:
-        return ("127.0.0.1", ports[identity])
-
+    address_of = peers.address_map({name: ("127.0.0.1", embedded.free_port()) for name in NAMES})
     topic = logs.unique_topic()
     made = {name: Replica(api, broker.bootstrap, topic, name, address_of) for name in NAMES}
     try:
@@ -331,6 +328,14 @@ def test_lease_peers_name_nobody_between_holders_and_refuse_bad_templates() -> N
     assert lease_peers.locate(_group_on(1)) == peers.Location(1, False, None)
     held[1] = "kgo-1"  # held here, not yet taken: this listener
     assert lease_peers.locate(_group_on(1)) == peers.Location(1, True, None)
+    # A holder with no address (not among the replicas of this map): nobody known.
+    mapped = dataclasses.replace(
+        lease_peers,
+        address_of=peers.address_map({n: ("127.0.0.1", 9092 + i) for i, n in enumerate(NAMES)}),
+    )
+    held[0] = "kgo-2"
+    assert mapped.locate(_group_on(0)) == peers.Location(0, False, None)
+    assert mapped.addresses() == [("127.0.0.1", 9092)]
     for template, message in (
         ("kgo.svc:9092", "no {identity}"),
         ("{identity}.svc", "is not host:port"),

@@ -24,7 +24,9 @@ With ``--lease-namespace`` the partitions are not fixed but follow Kubernetes Le
 state partition (``handlers.lease_shards``): the processes named by ``--lease-replicas`` (their
 member-API URLs, this one's ``--advertised-url`` among them) spread the partitions evenly,
 and take over those of a process that stops renewing its Leases. ``--kube-server`` is the API
-server's URL (plain, no credentials: for local runs and tests).
+server's URL (plain, no credentials: for local runs and tests). With ``--kafka-port``,
+``--lease-kafka-replicas`` names every replica's Kafka listener (HOST:PORT, in the order of
+``--lease-replicas``): FindCoordinator then names the listener of the Lease's holder.
 """
 
 from __future__ import annotations
@@ -142,6 +144,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--kube-server", help="the Kubernetes API server of the Leases (URL)")
     parser.add_argument(
+        "--lease-kafka-replicas",
+        help="with --lease-namespace and --kafka-port: every replica's Kafka listener, "
+        "HOST:PORT,... in the order of --lease-replicas (FindCoordinator names the holder's)",
+    )
+    parser.add_argument(
         "--kafka-peers",
         help="with --partitions and --kafka-port: the Kafka listeners of the coordinators "
         "serving the other state partitions, SET=HOST:PORT,... (25-49=b:9092)",
@@ -240,6 +247,31 @@ def read_kafka_peers(args: argparse.Namespace, directory: discovery.Directory) -
         )
     except ValueError as error:
         raise ValueError(f"--kafka-peers: {error}") from None
+
+
+def read_lease_kafka_replicas(args: argparse.Namespace) -> dict[str, tuple[str, int]] | None:
+    """Each replica's Kafka listener by identity (member-API URL) from
+    ``--lease-kafka-replicas`` (None without it); ValueError naming the option."""
+    if args.lease_kafka_replicas is None:
+        return None
+    if args.lease_namespace is None or args.kafka_port is None:
+        raise ValueError("--lease-kafka-replicas goes with --lease-namespace and --kafka-port")
+    from kafka_group_operator.protocol import peers
+
+    # As read_lease_settings names them.
+    identities = [url.strip().rstrip("/") for url in (args.lease_replicas or "").split(",")]
+    try:
+        addresses = [peers.parse_address(a) for a in args.lease_kafka_replicas.split(",")]
+    except ValueError as error:
+        raise ValueError(f"--lease-kafka-replicas: {error}") from None
+    if len(addresses) != len(identities):
+        raise ValueError(
+            f"--lease-kafka-replicas names {len(addresses)} listener(s) for "
+            f"{len(identities)} --lease-replicas"
+        )
+    if len(set(addresses)) != len(addresses):
+        raise ValueError("--lease-kafka-replicas names one listener twice")
+    return dict(zip(identities, addresses, strict=True))
 
 
 def _read_peers_file(path: Path) -> dict[int, str]:
@@ -360,16 +392,26 @@ async def serve(
     if args.kafka_port is not None:
         from kafka_group_operator.protocol import listener as protocol_listener
 
+        kafka_peers = read_kafka_peers(args, directory)
+        advertised: tuple[str | None, int | None] = (args.kafka_advertised_host, None)
+        kafka_replicas = read_lease_kafka_replicas(args)
+        if shards is not None and kafka_replicas is not None:
+            # FindCoordinator follows the Leases; this listener is known by its own entry.
+            from kafka_group_operator.protocol import peers
+
+            kafka_peers = shards.kafka_peers(peers.address_map(kafka_replicas))
+            advertised = kafka_peers.own
         kafka_listener = protocol_listener.Listener(
             runtime,
             token_store,
             protocol_listener.ListenerConfig(
                 host=args.host,
                 port=args.kafka_port,
-                advertised_host=args.kafka_advertised_host,
+                advertised_host=advertised[0],
+                advertised_port=advertised[1],
                 certificate_file=str(args.kafka_tls_cert) if args.kafka_tls_cert else None,
                 key_file=str(args.kafka_tls_key) if args.kafka_tls_key else None,
-                peers=read_kafka_peers(args, directory),
+                peers=kafka_peers,
             ),
         )
     try:
@@ -485,6 +527,7 @@ def run(args: argparse.Namespace) -> int:
         directory = read_directory(args)
         lease_settings = read_lease_settings(args)
         read_kafka_peers(args, directory)  # checked now: a wrong one is one line
+        read_lease_kafka_replicas(args)
     except (ValueError, TypeError) as error:
         raise common.UsageError(str(error)) from None
     if not 0 < args.port < 65536:

@@ -148,6 +148,19 @@ def address_template(template: str) -> Callable[[str], Address]:
     return address_of
 
 
+def address_map(addresses: Mapping[str, Address]) -> Callable[[str], Address]:
+    """A replica's listener address from a map by identity (``kgo coordinator
+    --lease-kafka-replicas``, tests on loopback); ``ValueError`` for a replica not in it."""
+
+    def address_of(identity: str) -> Address:
+        try:
+            return addresses[identity]
+        except KeyError:
+            raise ValueError(f"no Kafka listener is known for replica {identity!r}") from None
+
+    return address_of
+
+
 @dataclass(frozen=True)
 class LeasePeers:
     """The peers of a replica on partition Leases (see the module docstring).
