@@ -23,9 +23,10 @@ Requests are forwarded byte for byte; the gateway reads no further than the requ
 and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
 ``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports, plus the
 coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator port or a
-peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions`` (those three capped at the versions kio
-reads; on the coordinator port, the group APIs' versions are the listener's). Produce and
-Fetch payloads are never decoded. Rewritten replies are read and written with kio's types.
+peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions``
+(those three capped at the versions kio reads; on the coordinator port, the group APIs'
+versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
+replies are read and written with kio's types.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
 properties (``upstream_security``); the client talks plaintext to loopback. A connection
