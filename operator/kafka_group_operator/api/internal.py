@@ -52,11 +52,9 @@ class MirrorControl(Protocol):
     async def flush(self, group_id: str) -> mirror.MirrorStatus | None: ...
 
 
-class GroupAdmin(Protocol):
-    """What the control plane needs from a coordinator runtime (``CoordinatorRuntime``)."""
-
-    @property
-    def mirror(self) -> MirrorControl: ...
+class GroupCalls(Protocol):
+    """The calls on a group that the control plane makes, whether the coordinator is in this
+    process (``GroupAdmin``) or behind the internal API (``handlers.coordinator_port``)."""
 
     async def configure_group(self, settings: messages.GroupSettings) -> None: ...
 
@@ -83,6 +81,13 @@ class GroupAdmin(Protocol):
     async def delete_group(self, request: messages.DeleteGroupRequest) -> None: ...
 
     async def release_group(self, request: messages.ReleaseGroupRequest) -> bool: ...
+
+
+class GroupAdmin(GroupCalls, Protocol):
+    """What the control plane needs from a coordinator runtime (``CoordinatorRuntime``)."""
+
+    @property
+    def mirror(self) -> MirrorControl: ...
 
 
 class MutableTokens(tokens.TokenStore, Protocol):

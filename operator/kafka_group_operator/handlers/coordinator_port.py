@@ -47,34 +47,9 @@ MAX_HOPS = 3
 REQUEST_TIMEOUT_SECONDS = 30.0
 
 
-class CoordinatorPort(Protocol):
-    """Every call the control plane makes on a group's coordinator."""
-
-    async def configure_group(self, settings: messages.GroupSettings) -> None: ...
-
-    async def describe_group(self, group_id: str) -> messages.GroupDescription: ...
-
-    async def fetch_offsets(
-        self, request: messages.OffsetFetchRequest
-    ) -> messages.OffsetFetchResponse: ...
-
-    async def commit_offsets(
-        self, request: messages.OffsetCommitRequest
-    ) -> messages.OffsetCommitResponse: ...
-
-    async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
-
-    async def remove_members(
-        self, request: messages.RemoveMembersRequest
-    ) -> dict[str, str | None]: ...
-
-    async def group_owner(self, group_id: str) -> messages.GroupOwner | None: ...
-
-    async def claim_group(self, request: messages.ClaimGroupRequest) -> messages.GroupOwner: ...
-
-    async def delete_group(self, request: messages.DeleteGroupRequest) -> None: ...
-
-    async def release_group(self, request: messages.ReleaseGroupRequest) -> bool: ...
+class CoordinatorPort(internal.GroupCalls, Protocol):
+    """Every call the control plane makes on a group's coordinator: the group calls, and its
+    offset mirror and token, which live in the coordinator's memory."""
 
     async def configure_mirror(self, group_id: str, target: mirror.MirrorTarget | None) -> None: ...
 
