@@ -28,6 +28,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.kube import client, leases
 from kafka_group_records import partitioning
 from tests.support import kube
+from tests.support import processes as processes_support
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -124,14 +125,7 @@ def _wait_spread(server: LeaseServer, urls: list[str], timeout: float = 90) -> d
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    processes_support.stop_all(started)
 
 
 def test_a_killed_replica_s_groups_move_without_losing_partitions_or_commits(

@@ -29,6 +29,7 @@ from kafka_group_operator.protocol import peers
 from kafka_group_records import partitioning
 from tests.protocol.wire import Connection
 from tests.scenarios.test_failover import LeaseServer
+from tests.support import processes as processes_support
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
@@ -111,14 +112,7 @@ def _command(
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
-    for process in started:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    processes_support.stop_all(started)
 
 
 def test_find_coordinator_names_the_lease_holder_across_processes(

@@ -11,7 +11,6 @@ listener, which opens a local port for the second.
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import peers
 from kafka_group_records import partitioning
 from tests.protocol.wire import Connection
+from tests.support import processes as processes_support
 from tests.support import topics
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.asyncio(loop_scope="module")]
@@ -92,14 +92,7 @@ class Pair:
         )  # fmt: skip
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes_support.stop_all(self.processes)
 
 
 async def fetch_error(port: int, group: str) -> ErrorCode | None:
