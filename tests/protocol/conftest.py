@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
@@ -15,6 +15,13 @@ from kafka_group_operator.runtime import coordinator_runtime
 from tests.support import groups, topics
 
 TOKENS = {"group-a": "token-a", "group-b": "token-b"}
+
+
+@pytest.fixture(scope="package")
+def broker() -> Iterator[embedded.EmbeddedBroker]:
+    """One broker for the package: its tests share one runtime and listeners on it."""
+    with embedded.running_broker() as running:
+        yield running
 
 
 @pytest.fixture(scope="package")
