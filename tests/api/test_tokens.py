@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -94,3 +95,16 @@ async def test_the_member_api_answers_load_in_progress_until_the_tokens_are_load
         reply = await http.post("/v1/groups/b/heartbeat", json={}, headers=headers)
         assert reply.status == 403
         assert (await reply.json())["error"] == "GROUP_AUTHORIZATION_FAILED"
+
+
+def test_a_new_token_never_reads_as_a_command_line_option() -> None:
+    # One in 64 bare URL-safe tokens starts with "-", which argparse takes for an option
+    # (`--token -x...`: "expected one argument"), as a job's test once showed.
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--token")
+    for _ in range(2_000):
+        token = tokens.new_token()
+        assert token.startswith(tokens.TOKEN_PREFIX)
+        assert len(token) > 40
+        assert parser.parse_args(["--token", token]).token == token
+    assert len({tokens.new_token() for _ in range(100)}) == 100

@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import hmac
 import json
+import secrets
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 from kafka_group_operator.coordinator import errors
+
+# Generated tokens start so: never with "-", which a command line would take for an option
+# (`--token -x...`), and recognisable to secret scanners.
+TOKEN_PREFIX = "kgo_"
+
+
+def new_token(random_bytes: int = 32) -> str:
+    """A fresh group token: the prefix and ``random_bytes`` random bytes, URL-safe."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(random_bytes)
 
 
 class TokenStore(Protocol):

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from kafka_group_operator.api import tokens
 from kafka_group_operator.commands import describe
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import client
@@ -295,7 +295,7 @@ class LocalGroup:
     # instance -> an unmodified Kafka client's process (``KAFKA_CLIENT``), through the gateway
     kafka_clients: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # The group's bearer token, as the operator would keep it in the group's Secret.
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    token: str = field(default_factory=lambda: tokens.new_token(24))
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # instance -> member id, standing in for the pod UID that survives a container restart
     pod_uids: dict[str, str] = field(default_factory=dict)
@@ -330,8 +330,8 @@ class LocalGroup:
     def start_coordinator(self) -> None:
         assert self.broker is not None
         port = embedded.free_port()
-        tokens = self.directory / "tokens.json"
-        tokens.write_text(json.dumps({self.group: self.token}))
+        token_file = self.directory / "tokens.json"
+        token_file.write_text(json.dumps({self.group: self.token}))
         groups = self.directory / "groups.json"
         groups.write_text(
             json.dumps(
@@ -374,7 +374,7 @@ class LocalGroup:
                 "--groups",
                 str(groups),
                 "--tokens",
-                str(tokens),
+                str(token_file),
                 *listener,
             ],
             stdout=log,

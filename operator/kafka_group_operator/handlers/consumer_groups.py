@@ -30,12 +30,12 @@ refreshed until the spec changes (then it waits for the reconciliation to resume
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
 
+from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import lag_health, messages
 from kafka_group_operator.handlers import (
@@ -234,7 +234,7 @@ async def apply_children(
     secret = await kube.get_or_none(kube_client.SECRETS, ns, secret_name)
     token = consumer_group.token_from_secret(secret) if secret is not None else None
     if secret is None:
-        token = secrets.token_urlsafe(32)
+        token = tokens.new_token()
         secret_body = consumer_group.build_token_secret(group, token)
         kopf.adopt(secret_body, owner=owner)
         try:
