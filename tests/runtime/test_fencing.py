@@ -215,6 +215,36 @@ async def test_after_an_unknown_outcome_a_writer_alone_writes_on(
         alone.stop()
 
 
+async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """A start that timed out and was given up may still complete later, with a newer
+    epoch: that fences the writer's current producer, though no other coordinator took the
+    partition. The write fails (retriable); the next one starts a new producer."""
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    alone.start()
+    try:
+        await alone.append(0, [_record(1)])
+        # The abandoned producer: the same transactional id, and no take marker before it.
+        abandoned = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": writer.transactional_id(name, 0),
+            }
+        )
+        await asyncio.to_thread(abandoned.init_transactions, 10)
+        with pytest.raises(runtime_errors.WriteFailed) as failed:
+            await alone.append(0, [_record(2)])
+        assert not isinstance(failed.value, runtime_errors.WriterFenced)
+        assert not alone.fenced(0)
+        assert await alone.append(0, [_record(3)]) > 0
+        assert not alone.fenced(0)
+    finally:
+        alone.stop()
+
+
 async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_too(
     broker: embedded.EmbeddedBroker,
 ) -> None:

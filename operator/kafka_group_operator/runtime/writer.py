@@ -13,7 +13,11 @@ Outcomes of an append:
 
 * committed: the last record's offset is returned;
 * fenced (``WriterFenced``): sticky for the partition; its producer is dropped and none is
-  ever created again, so this process cannot fence the newer holder back;
+  ever created again, so this process cannot fence the newer holder back. The brokers'
+  "fenced" alone is not proof: a start of this writer's own that timed out and was given
+  up may still complete later with a newer epoch. Another coordinator always writes a take
+  marker before it fences (below), so the writer reads the log for one first; without it
+  the write failed (``WriteFailed``) and the next append starts a new producer;
 * anything else (``WriteFailed``): the transaction is aborted, and the broker's answer to
   the abort tells whether the partition was fenced meanwhile (a fenced write may first show
   only as a timeout). When even the abort fails, the records may or may not be in the log:
@@ -65,6 +69,8 @@ EncodedRecord = tuple[bytes, bytes | None]
 
 # A newer producer holds this transactional.id. librdkafka reports it locally as _FENCED,
 # brokers as PRODUCER_FENCED or, from older brokers, INVALID_PRODUCER_EPOCH.
+# The least time a probe read is given to reach its probe marker (see _read_to_a_probe).
+_PROBE_READ_MIN_S = 10.0
 _FENCED_CODES = frozenset(
     {
         KafkaError._FENCED,
@@ -168,6 +174,8 @@ class _PartitionProducer:
         self._last_committed = -1
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
         self._in_doubt = False
+        # Where the probe reads have got to without finding another coordinator's marker.
+        self._probed_to = 0
         # Set in this thread once fenced: appends already queued behind the one that found
         # out must not start a new producer (which would fence the new holder back).
         self.fenced = False
@@ -292,7 +300,9 @@ class _PartitionProducer:
             ) from error
 
     def _read_to_a_probe(self) -> None:
-        deadline = time.monotonic() + 2 * self._timeout_s
+        # A new consumer's connection and first fetches take seconds on a busy machine: a
+        # deadline of a short write timeout alone would never let it reach the probe.
+        deadline = time.monotonic() + max(2 * self._timeout_s, _PROBE_READ_MIN_S)
         key = codec.encode_record(
             records.Record(records.LoadMarkerKey(), records.LoadMarkerValue("", 0))
         )[0]
@@ -306,7 +316,11 @@ class _PartitionProducer:
             }
         )
         try:
-            consumer.assign([TopicPartition(self.topic, self.partition, self._last_committed + 1)])
+            # What an earlier probe read already holds no foreign marker: each retry (each
+            # appending a probe of its own) goes on from there, so a slow read still ends.
+            start = max(self._last_committed + 1, self._probed_to)
+            consumer.assign([TopicPartition(self.topic, self.partition, start)])
+            partition = [TopicPartition(self.topic, self.partition)]
             while time.monotonic() < deadline:
                 for message in consumer.consume(1000, 0.2):
                     if message.error() is not None or message.key() != key:
@@ -322,8 +336,12 @@ class _PartitionProducer:
                         and f"-{_PROBE}-" not in found.nonce
                     ):
                         raise self._fenced(KafkaError(KafkaError._FENCED))
-                    if (message.offset() or 0) >= end:
-                        return
+                # Everything before the probe is read once the position reaches it: the probe
+                # itself is this writer's own and need not be read.
+                position = consumer.position(partition)[0].offset
+                self._probed_to = max(self._probed_to, position)
+                if position >= end:
+                    return
         finally:
             consumer.close()
         raise errors.WriteFailed(
@@ -362,9 +380,35 @@ class _PartitionProducer:
         # one left open (committed or aborted) before anything new is written.
         self._drop()
         if error.code() in _FENCED_CODES:
-            return self._fenced(error)
+            return self._fenced_by_whom(error)
         self._in_doubt = True
         return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
+
+    def _fenced_by_whom(self, error: KafkaError) -> errors.StateTopicError:
+        """``WriterFenced`` if another coordinator's take marker follows this writer's last
+        commit; otherwise one of this writer's own abandoned producers fenced this one (see
+        the module docstring), and the write merely failed."""
+        try:
+            self._look_for_a_new_holder()
+        except errors.WriterFenced as fenced:
+            return fenced
+        except errors.WriteFailed as unknown:
+            self._in_doubt = True
+            return errors.WriteFailed(
+                f"state topic write failed: {error.str()}; {unknown}", error.name()
+            )
+        self._in_doubt = False
+        logger.warning(
+            "state partition %d: a producer of this coordinator's own fenced the current one "
+            "(%s); no other coordinator took the partition, so a new producer is started",
+            self.partition,
+            error.str(),
+        )
+        return errors.WriteFailed(
+            f"state topic write failed: fenced by an earlier producer of this coordinator "
+            f"({error.str()})",
+            error.name(),
+        )
 
     def _fenced(self, error: KafkaError) -> errors.WriterFenced:
         self.fenced = True
