@@ -19,6 +19,8 @@ BENCHMARKS = (
     "gateway",
     "join",
     "failover",
+    "takeover",
+    "scale",
 )
 
 
