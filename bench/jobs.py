@@ -19,17 +19,22 @@ checkpoint keeps them, as the log does). Then, on the same topic:
   start of the log, against the same loader given the compaction job's checkpoint (its rows,
   then only the log after it). Best of two each, alternating; all states must be equal.
 
+* **class archive**: the run's first job (a snapshot of a small topic) finds no JVM class
+  archive and records one as it ends (``kafka_group_jobs.session``), into the run's work
+  directory; every later job of the run starts from it, as every job after the first does in
+  an environment. Its time is reported apart.
 * **time to first record**: a fresh process (as a job starts) that opens the local Spark
-  session and reads the state topic through the job's data source until it holds one record,
-  with the time of each step (pyspark import, JVM and session, data-source registration,
-  planning, first record). Three runs; the median is the figure.
+  session and reads the state topic as the jobs do until it holds one record, with the time
+  of each step (pyspark import, JVM and session, planning, first record) and the CPU time of
+  the process and everything it started. Three runs; the median is the figure.
 * **linear fit**: least squares of time against records over the sizes, cold job and peer: the
   slope (seconds per million records) and the fixed cost (the intercept), and from them the
   ratio the two lines give at 10M records.
 
 ``--loader-only`` runs just the last part at the largest size: fill, the compaction job (cold),
 both loads; it replaces the ``loader`` figures of the largest run in the existing results.
-``--first-record-only`` runs only the time-to-first-record probe and replaces that part.
+``--first-record-only`` runs only the class archive and time-to-first-record parts and
+replaces them.
 
 Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records,
 ``--sizes=N,N,...`` any sizes; ``--no-warm`` leaves the warm runs out.
@@ -38,6 +43,7 @@ Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import json
@@ -56,6 +62,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kafka_group_jobs import columns, decoding, topics
+from kafka_group_jobs import session as job_session
 from kafka_group_jobs import storage as job_storage
 from kafka_group_operator.coordinator import shard
 from kafka_group_operator.embedded import broker as embedded
@@ -315,22 +322,41 @@ def measure_loader(bootstrap: str, topic: str, location: Path) -> dict[str, Any]
 # ----------------------------------------------------------------------------- first record
 
 # What a job does before its first record, step by step, in a fresh process; one JSON line of
-# {step: seconds since the process began} on stdout.
+# {step: seconds since the process began} on stdout, plus the CPU time of the process and of
+# everything it started (the JVM, Python workers) up to the first record: on a shared machine
+# wall time mostly measures the load, CPU time the work.
 _FIRST_RECORD = """
-import json, sys, time
+import json, os, sys, time
 started = time.perf_counter()
 marks = {}
 def mark(step):
     marks[step] = round(time.perf_counter() - started, 2)
+def tree_cpu_s():
+    tick, parents, used = os.sysconf("SC_CLK_TCK"), {}, {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(pid)] = int(fields[1])
+        used[int(pid)] = sum(int(f) for f in fields[11:15]) / tick
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo += [child for child, parent in parents.items() if parent == pid]
+    return round(total, 1)
 import pyspark.sql
 mark("import_pyspark")
 from kafka_group_jobs import arguments, session
 spark = session.build_session("kafka-group-first-record", "local[2]")
-mark("session_and_registration")
+mark("session")
 frame, _, _ = arguments.read_state(spark, sys.argv[1], sys.argv[2], {}, [0])
 mark("planned")
 rows = frame.limit(1).collect()
 mark("first_record")
+marks["cpu_s"] = tree_cpu_s()
 assert len(rows) == 1
 print(json.dumps(marks), flush=True)
 spark.stop()
@@ -353,6 +379,7 @@ def first_record(bootstrap: str, topic: str, runs: int = 3) -> dict[str, Any]:
         marks = json.loads(done.stdout.strip().splitlines()[-1])
         # The interpreter's own start before the probe's clock began, included.
         marks["process_start"] = round(time.perf_counter() - started - marks["first_record"], 2)
+        marks["load_average_1m"] = round(os.getloadavg()[0], 2)
         measured.append(marks)
         print(json.dumps(marks), flush=True)
     measured.sort(key=lambda marks: marks["first_record"])
@@ -360,8 +387,48 @@ def first_record(bootstrap: str, topic: str, runs: int = 3) -> dict[str, Any]:
     return {
         "runs": measured,
         "median_first_record_s": median["first_record"],
+        "median_cpu_s": sorted(marks["cpu_s"] for marks in measured)[len(measured) // 2],
         "target_s": 10.0,
     }
+
+
+def record_class_archive(bootstrap: str, topic: str, work: Path) -> dict[str, Any]:
+    """The first job in an environment: it records the JVM's class archive (``session``) that
+    every later local job starts from. Timed, then checked to be there."""
+    archive = job_session.class_archive()
+    if archive is None or archive.exists():
+        raise RuntimeError(f"expected no class archive yet at {archive}")
+    elapsed, _ = run_job(
+        "snapshot",
+        [
+            *("--bootstrap", bootstrap, "--topic", topic, "--group", GROUP),
+            *("--output", f"file://{work}/first-snap"),
+        ],
+    )
+    if not archive.is_file():
+        raise RuntimeError("the first job recorded no class archive")
+    figures = {
+        "first_job_s": round(elapsed, 2),
+        "archive_mib": round(archive.stat().st_size / 2**20),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(figures), flush=True)
+    return figures
+
+
+@contextlib.contextmanager
+def fresh_class_archive(work: Path) -> Iterator[None]:
+    """Every job of this run (and the probes) use one class archive in ``work``, recorded by
+    the run's first job, not one an earlier run left."""
+    previous = os.environ.get(job_session.ARCHIVE_ENV)
+    os.environ[job_session.ARCHIVE_ENV] = str(work / "spark-classes.jsa")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(job_session.ARCHIVE_ENV, None)
+        else:
+            os.environ[job_session.ARCHIVE_ENV] = previous
 
 
 def linear_fit(points: list[tuple[int, float]]) -> dict[str, float]:
@@ -505,12 +572,18 @@ def loader_only(size: int) -> int:
 
 def first_record_only() -> int:
     """Only the time-to-first-record figures, replaced in the existing results."""
-    with embedded.running_broker() as broker:
+    with (
+        embedded.running_broker() as broker,
+        tempfile.TemporaryDirectory() as work,
+        fresh_class_archive(Path(work)),
+    ):
         topic = "bench-jobs-first-record"
         fill(broker.bootstrap, topic, 20_000)
+        archive = record_class_archive(broker.bootstrap, topic, Path(work))
         figures = first_record(broker.bootstrap, topic)
     summary = json.loads(RESULTS.read_text())
     summary["first_record"] = figures
+    summary["class_archive"] = archive
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
@@ -530,9 +603,14 @@ def main(argv: list[str]) -> int:
         return first_record_only()
     runs = []
     warm: list[dict[str, Any]] = []
-    with embedded.running_broker() as broker, tempfile.TemporaryDirectory() as work:
+    with (
+        embedded.running_broker() as broker,
+        tempfile.TemporaryDirectory() as work,
+        fresh_class_archive(Path(work)),
+    ):
         started = time.perf_counter()
         fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
+        archive = record_class_archive(broker.bootstrap, "bench-jobs-first-record", Path(work))
         figures = first_record(broker.bootstrap, "bench-jobs-first-record")
         for size in sizes:
             runs.append(measure(broker.bootstrap, size, Path(work), size == sizes[-1]))
@@ -562,6 +640,8 @@ def main(argv: list[str]) -> int:
         # seconds = fixed + slope * records, per job and peer (cold: JVM start included).
         "linear_fit": fits(runs),
         "first_record": figures,
+        # The run's first job, which recorded the JVM class archive the others start from.
+        "class_archive": archive,
         # The same jobs in a session already running (no JVM start): the part that grows.
         "warm_runs": warm,
         "warm_scaling_vs_linear": warm_scaling,

@@ -176,16 +176,8 @@ def read_state(
     ends = fenced.end_offsets
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
-    reader = (
-        spark.read.format("kgo-state")
-        .option("bootstrap", bootstrap)
-        .option("topic", topic)
-        .option("kafkaConfig", json.dumps(config))
-        .option("endOffsets", json.dumps(ends))
-        .option("startOffsets", json.dumps(starts))
-        .option("maxRecordsPerSplit", str(RECORDS_PER_SPLIT))
-    )
-    return reader.load(), fenced, source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+    ranges = source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+    return source.read(spark, bootstrap, topic, ranges, config), fenced, ranges
 
 
 def take_fence(

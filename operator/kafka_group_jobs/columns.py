@@ -1,4 +1,4 @@
-"""The columnar shape of state-topic records, shared by the data source, the jobs and tests.
+"""The columnar shape of state-topic records, shared by the reader, the jobs and tests.
 
 One row is one record of the coordinator's state topic: where it sits in the log
 (``partition``, ``offset``, ``timestamp``), its raw bytes (``key`` identifies it for

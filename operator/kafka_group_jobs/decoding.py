@@ -1,6 +1,6 @@
 """Raw state-topic messages to rows of ``columns.STATE_RECORD_DDL``, through the shared codec.
 
-Runs wherever messages are read: in the Spark data source's executors and in the
+Runs wherever messages are read: in the Spark tasks that read the state topic and in the
 single-process benchmark peer, so both pay exactly the same decoding cost.
 """
 

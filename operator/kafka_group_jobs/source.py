@@ -1,40 +1,33 @@
-"""A PySpark Python data source over the coordinator's state topic: ``format("kgo-state")``.
+"""Reads the coordinator's state topic into a Spark frame of ``columns.STATE_RECORD_DDL`` rows.
 
-One input partition per state-topic partition and offset range, read in parallel by the
-executors through confluent-kafka and decoded with the shared codec into the rows of
-``columns.STATE_RECORD_DDL``. The reader yields Arrow record batches, so rows cross from
-Python to the JVM in columns rather than one by one.
+The frame is ``spark.range(n)`` cut into one Spark task per offset range (a state partition,
+or a slice of a long one: ``split_ranges``), mapped by ``mapInArrow`` through a
+``RangeReader``: each task reads its range with confluent-kafka, decodes it with the shared
+codec and hands Arrow record batches over, so rows cross from Python to the JVM in columns
+rather than one by one.
 
-Options (all strings, as Spark passes them):
-
-* ``bootstrap`` and ``topic`` (required); ``kafkaConfig``: JSON of extra librdkafka settings.
-* ``endOffsets``: JSON ``{partition: end}``, exclusive. Jobs take a read fence once
-  (``fence``) and pass its ends in, so that every action on the frame reads the same range;
-  without it the reader reads up to the partitions' last stable offsets at planning time. The
-  source only reads: it never appends a marker.
-* ``startOffsets``: JSON ``{partition: start}`` (default: each partition's earliest), used to
-  read only the tail after a compaction checkpoint.
-* ``maxRecordsPerSplit``: split long partitions into ranges of at most this many offsets.
+Not a Spark Python data source: one of those costs a job three more Python workers before its
+first record (looking data sources up, creating the source, planning its partitions), each
+started one after the other, where ``mapInArrow`` starts only the one that reads. The bounds
+are fixed by the caller (a read fence), so there is nothing to plan on an executor.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from typing import TYPE_CHECKING, Any
 
 from kafka_group_jobs import columns, decoding
 
-DEFAULT_RECORDS_PER_SPLIT = 1_000_000
+if TYPE_CHECKING:  # this module is imported by every reading task: no pyspark there
+    from pyspark.sql import DataFrame, SparkSession
+
 ARROW_BATCH_ROWS = 50_000
 
 
 @dataclass(frozen=True)
-class OffsetRange(InputPartition):
+class OffsetRange:
     """One Spark task: offsets ``[start, end)`` of one state-topic partition."""
 
     partition: int
@@ -54,70 +47,61 @@ def split_ranges(
     return ranges
 
 
-class StateTopicDataSource(DataSource):
-    """Registered with ``spark.dataSource.register``; read with ``format("kgo-state")``."""
+def read(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    ranges: list[OffsetRange],
+    kafka_config: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """The records of ``ranges``, one Spark task per range (task ``i`` reads ``ranges[i]``).
 
-    @classmethod
-    def name(cls) -> str:
-        return "kgo-state"
-
-    def schema(self) -> str:
-        return columns.STATE_RECORD_DDL
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return StateTopicReader(dict(self.options))
+    Nothing is read until an action runs; every action reads the same ranges.
+    """
+    # Spark needs at least one partition, even for an empty topic.
+    tasks = ranges or [OffsetRange(0, 0, 0)]
+    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks))
+    indexes = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
+    return indexes.mapInArrow(reader, columns.STATE_RECORD_DDL)
 
 
-class StateTopicReader(DataSourceReader):
-    def __init__(self, given: Mapping[str, str]) -> None:
-        # Spark hands data-source options over with lower-cased names (they are
-        # case-insensitive): look every option up by its lower-cased name.
-        options = {name.lower(): value for name, value in given.items()}
-        if "bootstrap" not in options or "topic" not in options:
-            raise ValueError("the kgo-state source needs the 'bootstrap' and 'topic' options")
-        self.bootstrap = options["bootstrap"]
-        self.topic = options["topic"]
-        self.kafka_config: dict[str, str] = json.loads(options.get("kafkaconfig", "{}"))
-        self.end_offsets = _partition_offsets(options.get("endoffsets"))
-        self.start_offsets = _partition_offsets(options.get("startoffsets"))
-        self.max_records = int(options.get("maxrecordspersplit", DEFAULT_RECORDS_PER_SPLIT))
+@dataclass(frozen=True)
+class RangeReader:
+    """The function ``mapInArrow`` runs in each task: its input is the range's index."""
 
-    def partitions(self) -> Sequence[InputPartition]:
-        # Imported here: the executors that only read need no admin client.
-        from kafka_group_jobs import topics
+    bootstrap: str
+    topic: str
+    kafka_config: dict[str, str]
+    ranges: tuple[OffsetRange, ...]
 
-        ends = self.end_offsets
-        if ends is None:
-            count = topics.partition_count(self.bootstrap, self.topic, self.kafka_config)
-            ends = topics.stable_ends(self.bootstrap, self.topic, range(count), self.kafka_config)
-        starts = self.start_offsets
-        if starts is None:
-            starts = topics.earliest_offsets(self.bootstrap, self.topic, ends, self.kafka_config)
-        ranges = split_ranges(starts, ends, self.max_records)
-        # Spark needs at least one partition, even for an empty topic.
-        return ranges or [OffsetRange(0, 0, 0)]
+    def __call__(self, indexes: Iterator[Any]) -> Iterator[Any]:
+        for batch in indexes:
+            for index in batch.column(0).to_pylist():
+                yield from self.read_range(self.ranges[index])
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read_range(self, offsets: OffsetRange) -> Iterator[Any]:
+        """Arrow record batches of ``STATE_RECORD_DDL`` holding the range's records."""
+        # Imported here: only the tasks that read need them.
         import pyarrow as pa
         from confluent_kafka import Consumer
 
         from kafka_group_jobs import topics
 
-        assert isinstance(partition, OffsetRange)
-        if partition.end <= partition.start:
+        if offsets.end <= offsets.start:
             return
         arrow_schema = _arrow_schema(pa)
         consumer = Consumer(topics.reader_config(self.bootstrap, self.kafka_config))
         decode = decoding.decode_row
+        partition = offsets.partition
         rows: list[columns.Row] = []
         try:
             for batch in topics.read_range(
-                consumer, self.topic, partition.partition, partition.start, partition.end
+                consumer, self.topic, partition, offsets.start, offsets.end
             ):
                 for message in batch:
                     rows.append(
                         decode(
-                            partition.partition,
+                            partition,
                             message.offset(),
                             message.timestamp()[1],
                             message.key(),
@@ -131,12 +115,6 @@ class StateTopicReader(DataSourceReader):
                 yield _to_batch(pa, arrow_schema, rows)
         finally:
             consumer.close()
-
-
-def _partition_offsets(text: str | None) -> dict[int, int] | None:
-    if text is None:
-        return None
-    return {int(partition): int(offset) for partition, offset in json.loads(text).items()}
 
 
 def _arrow_schema(pa: Any) -> Any:

@@ -22,7 +22,16 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from kafka_group_jobs import arguments, compaction, fence, restore, snapshot, source, topics
+from kafka_group_jobs import (
+    arguments,
+    columns,
+    compaction,
+    fence,
+    restore,
+    snapshot,
+    source,
+    topics,
+)
 from kafka_group_operator.commands import demo
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime
@@ -525,25 +534,21 @@ def test_a_snapshot_of_a_group_without_offsets_fails_unless_allowed(
     assert (tmp_path / "s" / snapshot.MANIFEST_FILE).exists()
 
 
-def test_the_reader_honours_the_options_spark_hands_it_lower_cased(spark: SparkSession) -> None:
-    """Spark lower-cases option names: ``endOffsets`` arrives as ``endoffsets``.
-
-    With both bounds given the reader needs no broker (nothing listens on port 1), and splits
-    the range as asked: three tasks of one offset each.
-    """
-    frame = (
-        spark.read.format("kgo-state")
-        .option("bootstrap", "127.0.0.1:1")
-        .option("topic", "state")
-        .option("kafkaConfig", json.dumps({"client.id": "reader"}))
-        .option("startOffsets", json.dumps({0: 0}))
-        .option("endOffsets", json.dumps({0: 3}))
-        .option("maxRecordsPerSplit", "1")
-        .load()
-    )
+def test_the_reader_runs_one_task_per_offset_range(spark: SparkSession) -> None:
+    """Task ``i`` reads range ``i``: planning the frame reads nothing (nothing listens on
+    port 1), and empty ranges are read without asking the broker."""
+    ranges = source.split_ranges({0: 0, 1: 5}, {0: 3, 1: 5, 2: 0}, 1)
+    assert ranges == [
+        source.OffsetRange(0, 0, 1),
+        source.OffsetRange(0, 1, 2),
+        source.OffsetRange(0, 2, 3),
+    ]
+    frame = source.read(spark, "127.0.0.1:1", "state", ranges, {"client.id": "reader"})
     assert frame.rdd.getNumPartitions() == 3
-    reader = source.StateTopicReader({"bootstrap": "b", "topic": "t", "kafkaconfig": '{"a": "1"}'})
-    assert reader.kafka_config == {"a": "1"}
+    assert frame.columns == list(columns.STATE_RECORD_COLUMNS)
+    empty = source.read(spark, "127.0.0.1:1", "state", [source.OffsetRange(1, 5, 5)])
+    assert empty.count() == 0
+    assert source.read(spark, "127.0.0.1:1", "state", []).rdd.getNumPartitions() == 1
 
 
 def test_a_spark_failure_is_one_line_with_exit_code_1(
