@@ -6,20 +6,31 @@ second): long enough that a loaded machine does not make the Leases churn. Cover
 replicas racing for one partition, a handover when a second replica comes, a replica
 restarted under the same name, and a replica whose renewals fail while a commit is in
 flight. No commit any replica acknowledged is ever missing at the next holder.
+
+The elector runs on a thread of its own: two tests stall the runtime's event loop (a blocking
+call on it) against an API server on a thread of its own too, and check that renewals go on
+meanwhile and that a loss fences the runtime before its loop hears of it. Their elector runs
+on a clock the stalled test moves forward, so that the stall outlasts the renew deadline
+without taking that long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
+from kmock._internal import apps
 
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import lease_shards
-from kafka_group_operator.kube import client
+from kafka_group_operator.kube import client, leases
+from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.runtime import coordinator_runtime, writer
 from kafka_group_records import partitioning
 from tests.runtime import logs
@@ -282,3 +293,162 @@ async def test_renewals_failing_while_a_commit_is_in_flight(
         await b.start()
         await _until(lambda: _active(b, group))
         assert await _fetch(b.runtime, group) in (acknowledged, 4)
+
+
+@contextlib.contextmanager
+def api_server_on_its_own_thread() -> Iterator[str]:
+    """The Kubernetes test double on a thread and event loop of its own; yields its URL."""
+    ready = threading.Event()
+    running: dict[str, Any] = {}
+
+    async def serve() -> None:
+        async with kube.ApiServer() as server, apps.Server(server) as http:
+            running["stop"] = asyncio.Event()
+            running["loop"] = asyncio.get_running_loop()
+            running["url"] = str(http.url).rstrip("/")
+            ready.set()
+            await running["stop"].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(30), "the API server did not start"
+    try:
+        yield running["url"]
+    finally:
+        running["loop"].call_soon_threadsafe(running["stop"].set)
+        thread.join(30)
+
+
+class Ahead:
+    """``time.monotonic`` plus an offset a test moves forward (read from any thread)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def _stall(until: Callable[[], bool], step: Callable[[], None] = lambda: None) -> None:
+    """Block the calling event loop until ``until()``, calling ``step`` as it polls."""
+    deadline = time.monotonic() + 30
+    while not until():
+        assert time.monotonic() < deadline, "the elector did nothing while the loop stalled"
+        step()
+        time.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def stalled_replica(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[lease_shards.LeasedShards, coordinator_runtime.CoordinatorRuntime, Any]]:
+    """One replica on a 3 s Lease (renew deadline 2 s) against a threaded API server, its
+    elector on an ``Ahead`` clock, its renewals counted (and failed while ``failing`` is set)."""
+    renewals: list[float] = []
+    failing = threading.Event()
+    renew = leases.renew
+
+    async def counted_renew(api: client.KubeClient, namespace: str, lease: Any) -> Any:
+        if failing.is_set():
+            raise kube_errors.Unreachable("the API server is away")
+        renewed = await renew(api, namespace, lease)
+        if lease.name == leases.lease_name(settings.prefix, 0):  # not the replica's own
+            renewals.append(time.monotonic())
+        return renewed
+
+    monkeypatch.setattr(leases, "renew", counted_renew)
+    clock = Ahead()
+    settings = lease_shards.LeaseSettings(
+        namespace=NS, identity="a", replicas=("a",), lease_duration_seconds=3
+    )
+    with api_server_on_its_own_thread() as url:
+        api = client.KubeClient(client.Credentials(server=url))
+        runtime = coordinator_runtime.CoordinatorRuntime(
+            coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=bootstrap,
+                topic=logs.unique_topic(),
+                partitions=1,
+                write_timeout_ms=5000,
+                metadata_interval_ms=1000,
+                served_partitions=frozenset(),
+            )
+        )
+        shards = lease_shards.LeasedShards(api, runtime, settings, clock=clock)
+        await asyncio.wait_for(runtime.start(), 60)
+        shards.start()
+        try:
+            yield shards, runtime, (renewals, failing, clock)
+        finally:
+            await shards.stop()
+            await runtime.stop()
+            await api.close()
+
+
+async def test_renewals_go_on_while_the_runtime_loop_is_stalled(
+    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = _group_on(0, 1)
+    async with stalled_replica(broker.bootstrap, monkeypatch) as (shards, runtime, probes):
+        renewals, _, clock = probes
+        await _until(lambda: runtime.partition_state(group) is State.ACTIVE)
+        await runtime.commit_offsets(_commit(group, 1))
+        deadline = shards.elector.config.renew_deadline_seconds
+        # The loop is blocked for three renewals, while the elector's clock moves on by more
+        # than the renew deadline: only renewals made meanwhile keep the partition.
+        seen = len(renewals)
+
+        def one_renewal_further() -> None:
+            nonlocal seen
+            if len(renewals) > seen:
+                seen = len(renewals)
+                clock.offset += deadline * 0.4
+
+        _stall(lambda: clock.offset > deadline, one_renewal_further)
+        assert shards.elector.holds(0)
+        assert runtime.lease_check is not None
+        assert runtime.lease_check(0)
+        # Nothing was lost, so the runtime serves on and acknowledges.
+        await runtime.commit_offsets(_commit(group, 2))
+        assert await _fetch(runtime, group) == 2
+        assert runtime.partition_state(group) is State.ACTIVE
+
+
+async def test_a_loss_fences_the_runtime_before_its_stalled_loop_hears_of_it(
+    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = _group_on(0, 1)
+    async with stalled_replica(broker.bootstrap, monkeypatch) as (shards, runtime, probes):
+        _, failing, _ = probes
+        await _until(lambda: runtime.partition_state(group) is State.ACTIVE)
+        await runtime.commit_offsets(_commit(group, 1))
+        # A commit is on its way to the brokers when the loop stalls and the renewals fail.
+        entered, opened = asyncio.Event(), asyncio.Event()
+        original = writer.StateWriter.append
+
+        async def held_append(
+            state_writer: writer.StateWriter,
+            partition: int,
+            batch: Sequence[writer.EncodedRecord],
+        ) -> int:
+            if any(key[:2] == b"\x00\x01" for key, _ in batch):
+                entered.set()
+                await opened.wait()
+            return await original(state_writer, partition, batch)
+
+        monkeypatch.setattr(writer.StateWriter, "append", held_append)
+        in_flight = asyncio.create_task(runtime.commit_offsets(_commit(group, 2)))
+        await asyncio.wait_for(entered.wait(), 10)
+        failing.set()
+        assert runtime.lease_check is not None
+        check = runtime.lease_check
+        _stall(lambda: not check(0))
+        # Fenced while the loop has not run the loss callback: the runtime still counts the
+        # partition as its own, and yet may acknowledge nothing of it.
+        assert runtime.serving(0)
+        assert not shards.elector.holds(0)
+        opened.set()
+        with pytest.raises(errors.NotCoordinator):
+            await asyncio.wait_for(in_flight, 10)
+        with pytest.raises(errors.NotCoordinator):
+            await runtime.commit_offsets(_commit(group, 3))
+        assert not runtime.serving(0)

@@ -338,3 +338,86 @@ async def test_a_stalled_api_server_loses_the_partition_before_another_can_take_
     assert [event[:2] for event in a.events] == [("acquired", 0), ("lost", 0)]
     assert a.elector.healthy is False
     assert a.events[1][2] < b.events[0][2]
+
+
+async def test_the_next_round_comes_when_a_lease_may_change_hands(api: client.KubeClient) -> None:
+    clock = Clock()
+    timing = {"lease_duration_seconds": 3, "renew_deadline_seconds": 2.0}
+    timing["retry_period_seconds"] = 0.75
+    dead = Replica(api, "dead", 2, clock, members={"dead"}, **timing)
+    await dead.elector.step()
+    assert dead.serving == {0, 1}
+    # Every partition held: rounds at the retry period, unless a Lease expires sooner.
+    assert dead.elector.until_change() == float("inf")
+    expiries = [clock.now + 2.5]
+    survivor = Replica(api, "b", 2, clock, members={"b", "dead"}, **timing)
+    survivor.elector.member_expiries = lambda: expiries
+    await survivor.elector.step()
+    assert survivor.serving == set()  # both held by "dead", which counts as alive
+    # "dead" never renews again. The survivor's next round comes when the first of its
+    # Leases (partitions' or the replica's own, whichever first) expires by its view.
+    assert survivor.elector.until_change() == pytest.approx(2.5 + elector.EXPIRY_MARGIN_S)
+    expiries.clear()
+    assert survivor.elector.until_change() == pytest.approx(3 + elector.EXPIRY_MARGIN_S)
+    clock.now += 3 + elector.EXPIRY_MARGIN_S
+    survivor.elector.members = None  # "dead" no longer counts as alive
+    await survivor.elector.step()
+    assert survivor.serving == {0, 1}
+    # Settled again: back to the retry period.
+    assert survivor.elector.until_change() == float("inf")
+
+
+async def test_a_handed_over_partition_is_peeked_at_until_someone_takes_it(
+    api: client.KubeClient,
+) -> None:
+    clock = Clock()
+    timing = {"lease_duration_seconds": 3, "renew_deadline_seconds": 2.0}
+    timing["retry_period_seconds"] = 0.75
+    dead = Replica(api, "dead", 2, clock, members={"dead", "ghost"}, **timing)
+    await dead.elector.step()
+    assert len(dead.serving) == 1
+    # A free Lease (never taken) is left to whole rounds: nothing to peek at.
+    assert dead.elector.peeking() == frozenset()
+    dead.elector.members = None
+    await dead.elector.step()
+    assert dead.serving == {0, 1}
+    a = Replica(api, "a", 2, clock, members={"a", "b"}, **timing)
+    b = Replica(api, "b", 2, clock, members={"a", "b"}, **timing)
+    await asyncio.gather(a.elector.step(), b.elector.step())
+    assert a.elector.peeking() == frozenset()  # held by a live holder
+    # "dead" stops renewing. Once its Leases expire, "a" takes its share (one) and peeks at
+    # the other until someone takes it.
+    clock.now += 3 + elector.EXPIRY_MARGIN_S
+    await a.elector.step()
+    (mine,) = a.serving
+    other = 1 - mine
+    assert a.elector.peeking() == {other}
+    assert a.elector.holder(other) is None  # expired: nobody to name yet
+    await a.elector.peek(a.elector.peeking())
+    assert a.elector.peeking() == {other}  # unchanged
+    await b.elector.step()
+    assert b.serving == {other}
+    await a.elector.peek(a.elector.peeking())
+    assert a.elector.peeking() == frozenset()
+    assert a.elector.holder(other) == "b"
+
+
+async def test_peeks_stop_after_a_lease_duration(api: client.KubeClient) -> None:
+    clock = Clock()
+    timing = {"lease_duration_seconds": 3, "renew_deadline_seconds": 2.0}
+    timing["retry_period_seconds"] = 0.75
+    dead = Replica(api, "dead", 2, clock, members={"dead"}, **timing)
+    await dead.elector.step()
+    # "a" counts a replica alive that never comes ("ghost"): the share of "dead" that falls to
+    # "ghost" stays expired. "a" peeks at it for one Lease duration, no longer.
+    a = Replica(api, "a", 2, clock, members={"a", "ghost"}, **timing)
+    await a.elector.step()
+    clock.now += 3 + elector.EXPIRY_MARGIN_S
+    await a.elector.step()
+    assert len(a.serving) == 1
+    assert len(a.elector.peeking()) == 1
+    for _ in range(3):  # rounds renew a's own Lease meanwhile
+        clock.now += 1
+        await a.elector.step()
+    assert len(a.serving) == 1
+    assert a.elector.peeking() == frozenset()

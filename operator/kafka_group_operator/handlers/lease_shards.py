@@ -8,6 +8,15 @@ once, and the runtime asks the elector's ``holds`` before it acknowledges anythi
 alive comes from one Lease per replica (``kube.elector.ReplicaLeases``), so that a replica
 holding nothing yet gets its share, and a dead one's partitions are taken over.
 
+The elector runs on a thread of its own, with its own event loop and its own API client
+(built from the runtime's client's credentials, following kopf's re-logins): members'
+requests keep the runtime's loop busy, and a renewal waiting behind them could miss the renew
+deadline, losing Leases for no fault. Its callbacks cross back with
+``loop.call_soon_threadsafe``, in the order the elector made them. A loss fences at once
+whatever the runtime's loop is doing: the runtime asks ``holds`` (a read of the elector's map,
+safe from any thread) before acknowledging anything, and ``holds`` is false from the moment
+the elector drops the partition, before the callback that stops the partition has run.
+
 ``LeaseDirectory`` answers "who coordinates this group" from the same view: this replica for
 the partitions it serves, else the holder the elector last read, as a URL (``url_template``
 with ``{identity}``, e.g. ``http://{identity}.kgo-headless:8080``; ``{identity}`` alone when
@@ -21,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kafka_group_operator.api import discovery
 from kafka_group_operator.kube import client as kube_client
@@ -104,7 +115,12 @@ class LeaseDirectory(discovery.Directory):
 
 
 class LeasedShards:
-    """Runs the elector for ``runtime`` (started, serving no fixed partition)."""
+    """Runs the elector for ``runtime`` (started, serving no fixed partition) on its own thread.
+
+    ``api`` is the runtime's client: the elector does not use it (its connections belong to
+    the runtime's loop) but a client of its own, configured from ``api.credentials`` once
+    they are known (kopf may log in after the runtime starts) and again whenever they change.
+    """
 
     def __init__(
         self,
@@ -118,8 +134,10 @@ class LeasedShards:
         self.settings = settings
         self.runtime = runtime
         config = settings.elector_config(runtime.config.partitions)
+        self._source = api
+        self._api = kube_client.KubeClient()
         self.replicas = elector.ReplicaLeases(
-            api,
+            self._api,
             settings.namespace,
             settings.prefix,
             settings.identity,
@@ -128,15 +146,20 @@ class LeasedShards:
             clock=clock,
         )
         self.elector = elector.LeaseElector(
-            api,
+            self._api,
             config,
             on_acquired=self._acquired,
             on_lost=self._lost,
             members=self.replicas.alive,
+            member_expiries=self.replicas.expiries,
             clock=clock,
         )
         runtime.lease_check = self.elector.holds
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the runtime's
+        self._elector_loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = asyncio.Event()  # set on the elector's loop
+        self._finished: asyncio.Future[None] | None = None  # resolved on the runtime's loop
 
     def directory(self, advertised_url: str | None = None) -> LeaseDirectory:
         """The member API's directory for this replica (its own URL from the template)."""
@@ -165,20 +188,106 @@ class LeasedShards:
         holder = self.elector.holder(partition)
         return None if holder is None else self.settings.url_of(holder)
 
+    # The elector's callbacks, called on its thread: the runtime's loop does the work.
+
     def _acquired(self, partition: int) -> None:
-        self.runtime.acquire(partition)
+        self._to_runtime(self._acquire, partition)
 
     def _lost(self, partition: int) -> None:
-        self.runtime.release(partition)
+        # The runtime already refuses to acknowledge anything (``holds`` is false); this
+        # stops the partition and fails what is queued.
+        self._to_runtime(self.runtime.release, partition)
+
+    def _acquire(self, partition: int) -> None:
+        if not self.elector.holds(partition):
+            return  # lost again before the runtime's loop got to it
+        try:
+            self.runtime.acquire(partition)
+        except RuntimeError as error:  # the runtime stopped meanwhile
+            logger.info("not taking state partition %d: %s", partition, error)
+
+    def _to_runtime(self, callback: Callable[[int], None], partition: int) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the runtime's loop is closed: nothing to do
+            loop.call_soon_threadsafe(callback, partition)
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self.elector.run(), name="lease elector")
+        """Start electing, on a thread of its own (call on the runtime's event loop)."""
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._finished = self._loop.create_future()
+        self._stopping = asyncio.Event()
+        self._elector_loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._elector_loop,), name="lease elector", daemon=True
+        )
+        self._thread.start()
 
     async def stop(self) -> None:
         """Give every partition up and release its Lease, so that others take it at once."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        assert self._elector_loop is not None
+        assert self._finished is not None
+        with contextlib.suppress(RuntimeError):  # the thread has ended already
+            self._elector_loop.call_soon_threadsafe(self._stopping.set)
+        # The partitions' callbacks were queued on this loop before this resolves.
+        await asyncio.shield(self._finished)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._elect())
+        except Exception:
+            logger.exception("the lease elector failed")
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            if self._loop is not None and self._finished is not None:
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(_resolve, self._finished)
+
+    async def _elect(self) -> None:
+        """On the elector's thread: wait for credentials, elect until stopped, release."""
+        period = self.elector.config.retry_period_seconds
+        stopping: asyncio.Task[Any] = asyncio.create_task(self._stopping.wait())
+        credentials = self._source.credentials
+        try:
+            while credentials is None:
+                done, _ = await asyncio.wait({stopping}, timeout=period)
+                if done:
+                    return
+                credentials = self._source.credentials
+            self._api.configure(credentials)
+            electing: asyncio.Task[Any] = asyncio.create_task(
+                self.elector.run(), name="lease elector"
+            )
+            try:
+                while not electing.done():
+                    done, _ = await asyncio.wait(
+                        {stopping, electing}, timeout=period, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if stopping in done:
+                        break
+                    latest = self._source.credentials
+                    if latest is not None and latest is not credentials:
+                        credentials = latest
+                        self._api.configure(credentials)  # kopf logged in again
+            finally:
+                # Cancelling the elector gives every partition up and releases its Lease.
+                electing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await electing
+        finally:
+            stopping.cancel()
+            await self._api.close()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -75,6 +75,9 @@ class KubeClient:
 
     def __init__(self, credentials: Credentials | None = None) -> None:
         self._api: Any = None
+        # The latest credentials (kopf's login refreshes them): a client on another event
+        # loop, such as the Lease elector's, builds its own connection from them.
+        self.credentials: Credentials | None = None
         # The client reads certificates only from files; data is kept in temporary ones.
         self._files: list[Any] = []
         self._retired: list[Any] = []
@@ -83,6 +86,7 @@ class KubeClient:
 
     def configure(self, credentials: Credentials) -> None:
         """(Re)build the underlying client for ``credentials`` (called on every kopf login)."""
+        self.credentials = credentials
         configuration = kube_client.Configuration(host=credentials.server.rstrip("/"))
         configuration.verify_ssl = not credentials.insecure
         configuration.ssl_ca_cert = self._path_of(credentials.ca_path, credentials.ca_data)

@@ -19,6 +19,21 @@ Timing follows client-go's leaderelection (``tools/leaderelection/leaderelection
 - Unlike client-go, which retries a failed renewal until the deadline, a renewal that fails
   loses the partition at once (and a Lease seen held by another is lost at once): a
   coordinator that may have lost its partition acknowledges nothing.
+
+Rounds start every ``retry_period``, and sooner when a Lease may change hands: at the moment
+another replica's Lease (a partition's, or a replica's own from ``member_expiries``) expires
+by this replica's view, so a dead holder's partitions are taken as soon as they may be.
+Between rounds, while a partition whose holder's Lease expired has not been taken yet (by
+this replica's view), the elector reads just those Leases every fifth of a period
+(``peek``), so that it learns within a fraction of a round who took them over: its
+``holder`` names the new coordinator in ``NOT_COORDINATOR`` answers. Peeks stop after one
+Lease duration (a partition nobody takes is not read five times a round for ever), and free
+Leases (a first start, a release) are not peeked at: whole rounds take those, and a
+Kubernetes API server is not asked more than a few reads a second per replica.
+
+``held``, ``holds`` and ``holder`` may be called from another thread than the elector's (the
+runtime's event loop, while the elector runs on a thread of its own): they only read the
+maps, whose entries the elector replaces whole.
 """
 
 from __future__ import annotations
@@ -39,6 +54,11 @@ log = logging.getLogger(__name__)
 
 # client-go's leaderelection.JitterFactor: the renew deadline must exceed 1.2 retry periods.
 JITTER_FACTOR = 1.2
+# While a dead holder's partition waits for its next holder, it is read this many times
+# per retry period.
+QUICK_ROUNDS = 5
+# A round meant to see a Lease expired starts this long after the expiry (the clock's grain).
+EXPIRY_MARGIN_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +121,24 @@ class LeaseElector:
     # to take Leases (e.g. the StatefulSet's ready pods, with ``healthy`` in their readiness):
     # the partitions of a replica named but unable to take them stay free.
     members: Callable[[], Awaitable[Collection[str]]] | None = None
+    # When the other replicas' own Leases expire by this replica's view (those not expired
+    # yet): a round then sees the replica gone, and its partitions up for taking.
+    member_expiries: Callable[[], Collection[float]] | None = None
     clock: Callable[[], float] = time.monotonic
     _held: dict[int, _Hold] = field(default_factory=dict, init=False)
     _seen: dict[int, _Seen] = field(default_factory=dict, init=False)
     _last_round: float | None = field(default=None, init=False)
+    # The partitions whose holder's Lease expired by this replica's view and that nobody
+    # took yet (read between rounds), and since when there have been some.
+    _handing_over: frozenset[int] = field(default=frozenset(), init=False)
+    _handing_over_since: float | None = field(default=None, init=False)
 
     @property
     def held(self) -> frozenset[int]:
         """The partitions this replica may coordinate right now."""
         now = self.clock()
-        return frozenset(p for p, hold in self._held.items() if now < hold.valid_until)
+        # A copy first: another thread may be asking while the elector changes the map.
+        return frozenset(p for p, hold in list(self._held.items()) if now < hold.valid_until)
 
     def holds(self, partition: int) -> bool:
         """Whether this replica may still act as ``partition``'s coordinator (check before acks)."""
@@ -155,12 +183,74 @@ class LeaseElector:
                 # keeps them within the renew deadline. A tenth of a period at least, so
                 # that an overloaded API server is not asked back to back.
                 elapsed = self.clock() - started
-                await asyncio.sleep(max(period - elapsed, period / 10))
+                wait = max(period - elapsed, period / 10)
+                due = self.clock() + min(wait, max(self.until_change(), period / 10))
+                while (left := due - self.clock()) > 0:
+                    peeking = self.peeking()
+                    if not peeking:
+                        await asyncio.sleep(left)
+                        break
+                    await asyncio.sleep(min(left, period / QUICK_ROUNDS))
+                    if due - self.clock() > period / QUICK_ROUNDS / 2:
+                        await self.peek(peeking)
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
             await asyncio.shield(self.release_all())
+
+    def until_change(self) -> float:
+        """How long until a round may find a Lease changing hands: until another replica's
+        Lease (a partition's or, from ``member_expiries``, a replica's own) expires by this
+        replica's view; infinite when none will."""
+        now = self.clock()
+        me = self.config.identity
+        expiries = [
+            seen.at + seen.duration_seconds
+            for partition, seen in list(self._seen.items())
+            if partition not in self._held and seen.holder not in (None, me)
+        ]
+        if self.member_expiries is not None:
+            expiries.extend(self.member_expiries())
+        upcoming = [at - now for at in expiries if at > now]
+        return min(upcoming, default=math.inf) + EXPIRY_MARGIN_S
+
+    def peeking(self) -> frozenset[int]:
+        """The partitions to read between rounds: handed over by an expired holder and not
+        taken yet, for at most one Lease duration."""
+        since = self._handing_over_since
+        if since is None or self.clock() - since >= self.config.lease_duration_seconds:
+            return frozenset()
+        return self._handing_over
+
+    async def peek(self, partitions: Collection[int]) -> None:
+        """Read ``partitions``' Leases (nothing else): who holds them now, for ``holder``."""
+        ordered = sorted(partitions)
+        reads = await asyncio.gather(
+            *(
+                leases.read(
+                    self.api,
+                    self.config.namespace,
+                    leases.lease_name(self.config.lease_prefix, partition),
+                )
+                for partition in ordered
+            ),
+            return_exceptions=True,
+        )
+        read_at = self.clock()
+        taken = set()
+        for partition, result in zip(ordered, reads, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, errors.KubeError):
+                    raise result
+                continue
+            if partition in self._held:
+                continue  # ours since: our own renewals say more than this read
+            self._observe(partition, result, read_at)
+            seen = self._seen[partition]
+            if seen.holder is not None and seen.resource_version and seen.at == read_at:
+                taken.add(partition)  # changed since the round: someone took it over
+        self._handing_over = self._handing_over - taken
 
     async def release_all(self) -> None:
         """Stop coordinating every partition, then release their Leases for others to take."""
@@ -220,15 +310,28 @@ class LeaseElector:
         self._last_round = started
         alive = set(await self.members()) if self.members is not None else set()
         views = [self._view(p, known[p]) for p in range(self.config.partitions)]
-        planned = lease_plan.plan(
-            self.config.identity, views, alive, self.clock(), held=self._held.keys()
-        )
+        now = self.clock()
+        planned = lease_plan.plan(self.config.identity, views, alive, now, held=self._held.keys())
         for partition in planned.give_up:
             lease = self._held[partition].lease if partition in self._held else known[partition]
             self._drop(partition, "over its fair share")
             if lease is not None:
                 await self._release(lease)
         await asyncio.gather(*(self._take(p, known[p]) for p in planned.take if p not in lost))
+        # Handed over: a holder's Lease expired and this replica did not take it; another
+        # replica is about to, and peeks say who before the next round would.
+        handing_over = frozenset(
+            view.partition
+            for view in views
+            if view.holder is not None
+            and lease_plan.live_holder(view, now) is None
+            and view.partition not in self._held
+        )
+        if not handing_over:
+            self._handing_over_since = None
+        elif self._handing_over_since is None:
+            self._handing_over_since = now
+        self._handing_over = handing_over
 
     def _observe(self, partition: int, lease: leases.Lease | None, at: float) -> None:
         version = "" if lease is None else lease.resource_version
@@ -351,6 +454,16 @@ class ReplicaLeases:
 
     def lease_name(self, index: int) -> str:
         return f"{self.prefix}-replica-{index}"
+
+    def expiries(self) -> list[float]:
+        """When each other replica counted alive stops counting, by this replica's clock,
+        unless its Lease changes first (the elector's ``member_expiries``)."""
+        me = self.replicas.index(self.identity)
+        return [
+            seen.at + seen.duration_seconds
+            for index, seen in list(self._seen.items())
+            if index != me and seen.holder == self.replicas[index]
+        ]
 
     async def alive(self) -> Collection[str]:
         """Renew this replica's Lease, read the others'; the replicas alive by this view."""
