@@ -3,17 +3,20 @@
 Setup: the embedded broker; the Kubernetes test double (``tests.support.kube.ApiServer``)
 serving the Leases, in a process of its own; three ``kgo coordinator --lease-namespace``
 processes with a 3 s Lease (renew deadline 2 s, an election round every 0.75 s) sharing one
-state topic of 12 partitions. ``N`` groups of two members each (a load generator speaking
+state topic of 12 partitions. ``N`` groups of ``M`` members each (a load generator speaking
 the member API over HTTP, as the member library does: it follows ``NOT_COORDINATOR`` hints
 and, when the coordinator it follows is gone, asks the next replica, as a Service would send
-it) heartbeat every second and commit their partitions' offsets every two seconds.
+it) heartbeat every ``I`` ms (retrying every 0.1 s after an error) and commit their
+partitions' offsets after a heartbeat once two seconds have passed since their last commit.
 
 Measured, once the Leases and the assignments are settled: SIGKILL the replica holding the
 most partitions, then
 
 - the time from the kill to the last affected group's first successful heartbeat (a group is
   affected when the killed replica coordinated it), in seconds and as a multiple of the Lease
-  duration;
+  duration; the same over the groups that met the outage (a heartbeat of theirs failed after
+  the kill), whose first success is when a coordinator answered again rather than when their
+  next heartbeat was due;
 - acknowledged commits lost: after the failover, each group's committed offsets are fetched
   from its new coordinator; a partition whose offset is below the highest one ever
   acknowledged counts (must be 0);
@@ -24,10 +27,10 @@ Peer in the same run, same groups and load: a single replica (no Leases, every p
 killed the same way and restarted at once, as Kubernetes restarts a pod in place (a lower
 bound: scheduling, image pull and the container's start are not counted).
 
-``--groups N`` (default 100) scales the groups. The issue's 1,000 (2,000 members at one
-heartbeat a second) is more than two shared cores carry: at 200 the replicas' event loops
-were too busy to renew their Leases within the 2 s renew deadline, and the Leases churned
-before any kill.
+Options (``--name=value``): ``--groups`` (100), ``--members-per-group`` (2),
+``--heartbeat-interval-ms`` (1000; KIP-848's default ``group.consumer.heartbeat.interval.ms``
+is 5000), ``--retry-period`` (the elector's round, 0.75 s). The coordinators log at INFO:
+their logs (the directory is printed) say when each partition was taken and loaded.
 """
 
 from __future__ import annotations
@@ -61,11 +64,36 @@ LEASE_SECONDS = 3
 STATE_PARTITIONS = 12
 RETRY_PERIOD_S = 0.75
 REPLICAS = 3
-MEMBERS_PER_GROUP = 2
 TOPIC_PARTITIONS = 4
-HEARTBEAT_INTERVAL_MS = 1000
 SESSION_TIMEOUT_MS = 30_000
 COMMIT_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """What runs: ``--groups=N``, ``--members-per-group=M``, ``--heartbeat-interval-ms=I``,
+    ``--retry-period=S`` (the elector's round, seconds)."""
+
+    groups: int = 100
+    members_per_group: int = 2
+    heartbeat_interval_ms: int = 1000
+    retry_period_s: float = RETRY_PERIOD_S
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> Options:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python -m bench failover")
+        parser.add_argument("--groups", type=int, default=cls.groups)
+        parser.add_argument("--members-per-group", type=int, default=cls.members_per_group)
+        parser.add_argument("--heartbeat-interval-ms", type=int, default=cls.heartbeat_interval_ms)
+        parser.add_argument("--retry-period", type=float, default=cls.retry_period_s)
+        args = parser.parse_args(argv)
+        return cls(
+            args.groups, args.members_per_group, args.heartbeat_interval_ms, args.retry_period
+        )
+
+
 RETRY_S = 0.1
 NAMESPACE = "kgo-bench"
 PREFIX = "kgo-partition"
@@ -83,8 +111,11 @@ class Member:
     # The assignment last acknowledged to the coordinator (sent as ownedPartitions).
     owned: frozenset[int] | None = None
     fenced: int = 0
-    # time.monotonic() of every successful heartbeat after the mark (the kill).
+    # time.monotonic() of the first successful heartbeat after the mark (the kill).
     answered_after_mark: float | None = None
+    # Whether a heartbeat failed after the mark: the member met the outage (otherwise its
+    # first heartbeat after the kill was its next scheduled one, and it answered).
+    failed_after_mark: bool = False
     acknowledged: dict[int, int] = field(default_factory=dict)
     last_commit: float = 0.0
 
@@ -92,10 +123,17 @@ class Member:
 class Load:
     """Members heartbeating and committing through the member API."""
 
-    def __init__(self, session: aiohttp.ClientSession, members: list[Member], topic: str):
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        members: list[Member],
+        topic: str,
+        heartbeat_interval_ms: int,
+    ):
         self.session = session
         self.members = members
         self.topic = topic
+        self.interval_s = heartbeat_interval_ms / 1000
         self.mark: float | None = None
         self.stopped = False
         self.errors: dict[str, int] = {}
@@ -161,7 +199,7 @@ class Load:
 
     async def run_member(self, member: Member) -> None:
         # Spread the members over the interval.
-        await asyncio.sleep((hash(member.member_id) % 1000) / 1000 * HEARTBEAT_INTERVAL_MS / 1000)
+        await asyncio.sleep((hash(member.member_id) % 1000) / 1000 * self.interval_s)
         while not self.stopped:
             started = time.monotonic()
             try:
@@ -169,6 +207,8 @@ class Load:
             except RuntimeError as error:
                 name = str(error)
                 self.errors[name] = self.errors.get(name, 0) + 1
+                if self.mark is not None:
+                    member.failed_after_mark = True
                 if name in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"):
                     member.fenced += 1
                     member.epoch, member.assignment, member.owned = 0, frozenset(), None
@@ -178,9 +218,7 @@ class Load:
                 member.last_commit = started
                 with contextlib.suppress(RuntimeError):
                     await self.commit(member)
-            await asyncio.sleep(
-                max(0.0, HEARTBEAT_INTERVAL_MS / 1000 - (time.monotonic() - started))
-            )
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
 
 def _groups(count: int, suffix: str) -> list[str]:
@@ -242,10 +280,10 @@ async def _settled(load: Load, seconds: float, limit: float) -> None:
     since = time.monotonic()
     while time.monotonic() < deadline:
         now = {(m.group, m.instance): (m.assignment, m.epoch) for m in load.members}
-        groups_whole = all(
-            sum(len(m.assignment) for m in load.members if m.group == g) == TOPIC_PARTITIONS
-            for g in {m.group for m in load.members}
-        )
+        assigned: dict[str, int] = {}
+        for m in load.members:
+            assigned[m.group] = assigned.get(m.group, 0) + len(m.assignment)
+        groups_whole = all(count == TOPIC_PARTITIONS for count in assigned.values())
         if now != last or not groups_whole:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= seconds:
@@ -276,12 +314,13 @@ async def _fetch_committed(load: Load, member: Member) -> dict[int, int]:
 
 async def _scenario(
     bootstrap: str,
-    groups: int,
+    options: Options,
     leased: bool,
     api_url: str | None,
     api: Any,
     work: Path,
 ) -> dict[str, Any]:
+    groups = options.groups
     suffix = uuid.uuid4().hex[:6]
     topic = f"failover-orders-{suffix}"
     embedded_topic(bootstrap, topic)
@@ -290,7 +329,7 @@ async def _scenario(
     settings = {
         g: {
             "sessionTimeoutMs": SESSION_TIMEOUT_MS,
-            "heartbeatIntervalMs": HEARTBEAT_INTERVAL_MS,
+            "heartbeatIntervalMs": options.heartbeat_interval_ms,
             "topics": [topic],
         }
         for g in names
@@ -305,7 +344,7 @@ async def _scenario(
         common = [
             "--bootstrap", bootstrap, "--port", str(ports[index]), "--topic", state_topic,
             "--state-partitions", str(STATE_PARTITIONS), "--groups", str(groups_file),
-            "--log-level", "WARNING",
+            "--log-level", "INFO",
         ]  # fmt: skip
         if not leased:
             return common
@@ -314,7 +353,7 @@ async def _scenario(
             "--advertised-url", urls[index], "--lease-namespace", NAMESPACE,
             "--lease-replicas", ",".join(urls), "--lease-prefix", PREFIX,
             "--lease-duration", str(LEASE_SECONDS), "--kube-server", str(api_url),
-            "--lease-retry-period", str(RETRY_PERIOD_S),
+            "--lease-retry-period", str(options.retry_period_s),
         ]  # fmt: skip
 
     logs = [work / f"coordinator-{suffix}-{i}.log" for i in range(count)]
@@ -339,9 +378,12 @@ async def _scenario(
             members = [
                 Member(g, i, urls, urls[(n + i) % count])
                 for n, g in enumerate(names)
-                for i in range(MEMBERS_PER_GROUP)
+                for i in range(options.members_per_group)
             ]
-            load = Load(session, members, topic)
+            by_group: dict[str, list[Member]] = {}
+            for m in members:
+                by_group.setdefault(m.group, []).append(m)
+            load = Load(session, members, topic, options.heartbeat_interval_ms)
             tasks = [asyncio.create_task(load.run_member(m)) for m in members]
             try:
                 await _settled(load, seconds=3, limit=180)
@@ -360,6 +402,7 @@ async def _scenario(
                     if partitioning.partition_for(g, STATE_PARTITIONS) in victim_partitions
                 }  # fmt: skip
                 load.errors.clear()
+                load_average = os.getloadavg()
                 killed_at = time.monotonic()
                 load.mark = killed_at
                 processes[victim].send_signal(signal.SIGKILL)
@@ -369,10 +412,7 @@ async def _scenario(
                 # Until every affected group has answered again, then a while longer.
                 deadline = killed_at + 120
                 while time.monotonic() < deadline:
-                    if all(
-                        any(m.answered_after_mark for m in members if m.group == g)
-                        for g in affected
-                    ):
+                    if all(any(m.answered_after_mark for m in by_group[g]) for g in affected):
                         break
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(5)
@@ -384,9 +424,16 @@ async def _scenario(
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             group_first = [
-                min(m.answered_after_mark or float("inf") for m in members if m.group == g)
-                - killed_at
+                min(m.answered_after_mark or float("inf") for m in by_group[g]) - killed_at
                 for g in affected
+            ]
+            # The groups that met the outage: a member's heartbeat failed after the kill.
+            # Their first success is when the coordinator answered again, not the members'
+            # schedule (which decides it for a group whose next heartbeat came late enough).
+            met_outage = [
+                min(m.answered_after_mark or float("inf") for m in by_group[g]) - killed_at
+                for g in affected
+                if any(m.failed_after_mark for m in by_group[g])
             ]
             member_first = [
                 (m.answered_after_mark or float("inf")) - killed_at
@@ -398,11 +445,8 @@ async def _scenario(
             lost = 0
             checked = 0
             for g in names:
-                member = next(m for m in members if m.group == g)
-                committed = await _fetch_committed(load, member)
-                for m in members:
-                    if m.group != g:
-                        continue
+                committed = await _fetch_committed(load, by_group[g][0])
+                for m in by_group[g]:
                     for partition, offset in m.acknowledged.items():
                         checked += 1
                         if committed.get(partition, -1) < offset:
@@ -416,6 +460,14 @@ async def _scenario(
                 "recovery_seconds_median_group": round(statistics.median(group_first), 3),
                 "recovery_seconds_last_member": round(max(member_first), 3),
                 "recovery_in_lease_durations": round(max(group_first) / LEASE_SECONDS, 2),
+                "groups_that_met_the_outage": len(met_outage),
+                "recovery_seconds_last_group_that_met_the_outage": (
+                    round(max(met_outage), 3) if met_outage else None
+                ),
+                "recovery_seconds_median_group_that_met_the_outage": (
+                    round(statistics.median(met_outage), 3) if met_outage else None
+                ),
+                "load_average_at_kill": [round(x, 2) for x in load_average],
                 "commits_acknowledged": load.acknowledged,
                 "acknowledged_offsets_checked": checked,
                 "acknowledged_commits_lost": lost,
@@ -457,7 +509,7 @@ def serve_leases(port: int) -> None:
     asyncio.run(serve())
 
 
-async def run(groups: int) -> dict[str, Any]:
+async def run(options: Options) -> dict[str, Any]:
     from kafka_group_operator.kube import client as kube_client
 
     results: dict[str, Any] = {}
@@ -481,14 +533,14 @@ async def run(groups: int) -> dict[str, Any]:
                 except OSError:
                     await asyncio.sleep(0.2)
             results["three_replicas_on_leases"] = await _scenario(
-                broker.bootstrap, groups, True, url, api, work
+                broker.bootstrap, options, True, url, api, work
             )
         finally:
             await api.close()
             server.terminate()
             server.join(10)
         results["peer_single_replica_restarted"] = await _scenario(
-            broker.bootstrap, groups, False, None, None, work
+            broker.bootstrap, options, False, None, None, work
         )
     leased = results["three_replicas_on_leases"]["recovery_seconds_last_group"]
     single = results["peer_single_replica_restarted"]["recovery_seconds_last_group"]
@@ -497,20 +549,21 @@ async def run(groups: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    groups = 100
-    for arg in argv:
-        if arg.startswith("--groups="):
-            groups = int(arg.split("=", 1)[1])
+    options = Options.parse(argv)
     results = {
         "benchmark": "failover",
-        "groups": groups,
-        "members_per_group": MEMBERS_PER_GROUP,
+        "groups": options.groups,
+        "members_per_group": options.members_per_group,
         "state_partitions": STATE_PARTITIONS,
         "lease_duration_seconds": LEASE_SECONDS,
-        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+        "renew_deadline_seconds": round(LEASE_SECONDS * 2 / 3, 3),
+        "retry_period_seconds": options.retry_period_s,
+        "heartbeat_interval_ms": options.heartbeat_interval_ms,
+        "commit_every_seconds": max(COMMIT_EVERY_S, options.heartbeat_interval_ms / 1000),
         "session_timeout_ms": SESSION_TIMEOUT_MS,
         "cpus": os.cpu_count(),
-        **asyncio.run(run(groups)),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        **asyncio.run(run(options)),
     }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
