@@ -184,15 +184,20 @@ class LeaseElector:
                 # that an overloaded API server is not asked back to back.
                 elapsed = self.clock() - started
                 wait = max(period - elapsed, period / 10)
-                due = self.clock() + min(wait, max(self.until_change(), period / 10))
-                while (left := due - self.clock()) > 0:
+                pause = min(wait, max(self.until_change(), period / 10))
+                # Until the next round, peeks at the partitions changing hands, if any.
+                # Counted down by the sleeps (and the peeks' own time), so that a clock
+                # that stands still cannot hold it here.
+                quick = period / QUICK_ROUNDS
+                while pause > 0:
                     peeking = self.peeking()
-                    if not peeking:
-                        await asyncio.sleep(left)
+                    if not peeking or pause < 1.5 * quick:
+                        await asyncio.sleep(pause)
                         break
-                    await asyncio.sleep(min(left, period / QUICK_ROUNDS))
-                    if due - self.clock() > period / QUICK_ROUNDS / 2:
-                        await self.peek(peeking)
+                    await asyncio.sleep(quick)
+                    peeked = self.clock()
+                    await self.peek(peeking)
+                    pause -= quick + max(self.clock() - peeked, 0.0)
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
