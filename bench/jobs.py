@@ -328,7 +328,7 @@ def measure_loader(bootstrap: str, topic: str, location: Path) -> dict[str, Any]
 _FIRST_RECORD = """
 import json, os, sys, time
 started = time.perf_counter()
-marks = {}
+marks = {"interpreter_start": round(time.time() - float(sys.argv[3]), 2)}
 def mark(step):
     marks[step] = round(time.perf_counter() - started, 2)
 def tree_cpu_s():
@@ -367,9 +367,8 @@ def first_record(bootstrap: str, topic: str, runs: int = 3) -> dict[str, Any]:
     """Median time from a fresh process to its first record, with the steps of that run."""
     measured = []
     for _ in range(runs):
-        started = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-c", _FIRST_RECORD, bootstrap, topic],
+            [sys.executable, "-c", _FIRST_RECORD, bootstrap, topic, repr(time.time())],
             capture_output=True,
             text=True,
             check=False,
@@ -377,16 +376,19 @@ def first_record(bootstrap: str, topic: str, runs: int = 3) -> dict[str, Any]:
         if done.returncode != 0:
             raise RuntimeError(f"the first-record probe failed:\n{done.stderr[-3000:]}")
         marks = json.loads(done.stdout.strip().splitlines()[-1])
-        # The interpreter's own start before the probe's clock began, included.
-        marks["process_start"] = round(time.perf_counter() - started - marks["first_record"], 2)
+        # From the launch of the process: the interpreter's own start before the probe's clock
+        # began, included.
+        marks["first_record_from_launch"] = round(
+            marks["interpreter_start"] + marks["first_record"], 2
+        )
         marks["load_average_1m"] = round(os.getloadavg()[0], 2)
         measured.append(marks)
         print(json.dumps(marks), flush=True)
-    measured.sort(key=lambda marks: marks["first_record"])
+    measured.sort(key=lambda marks: marks["first_record_from_launch"])
     median = measured[len(measured) // 2]
     return {
         "runs": measured,
-        "median_first_record_s": median["first_record"],
+        "median_first_record_s": median["first_record_from_launch"],
         "median_cpu_s": sorted(marks["cpu_s"] for marks in measured)[len(measured) // 2],
         "target_s": 10.0,
     }
@@ -638,7 +640,7 @@ def main(argv: list[str]) -> int:
         # linear; below 1 the fixed JVM start is still a large share of the smallest run.
         "scaling_vs_linear": scaling,
         # seconds = fixed + slope * records, per job and peer (cold: JVM start included).
-        "linear_fit": fits(runs),
+        "linear_fit": fits(runs) if len(runs) > 1 else None,
         "first_record": figures,
         # The run's first job, which recorded the JVM class archive the others start from.
         "class_archive": archive,
