@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,8 @@ ARCHIVE_ENV = "KGO_SPARK_CLASS_ARCHIVE"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr")
 # How long a job's end waits for the JVM to write the archive before leaving it unfinished.
 ARCHIVE_WRITE_TIMEOUT_S = 300.0
+# A recording's temporary file this old belongs to no running job.
+STALE_RECORDING_S = 24 * 3600.0
 
 
 def build_session(
@@ -126,6 +129,10 @@ def _archive_to_record(master: str | None) -> Path | None:
         return None
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
+        # What a killed recording left (its JVM still wrote it as it exited).
+        for stale in archive.parent.glob(f"{archive.name}*.part"):
+            if time.time() - stale.stat().st_mtime > STALE_RECORDING_S:
+                stale.unlink(missing_ok=True)
         handle, name = tempfile.mkstemp(prefix=archive.name, suffix=".part", dir=archive.parent)
         os.close(handle)
     except OSError:
