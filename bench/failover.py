@@ -495,8 +495,27 @@ def embedded_topic(bootstrap: str, topic: str) -> None:
 def serve_leases(port: int) -> None:
     """In a process of its own: the Kubernetes test double (``tests.support.kube``) on ``port``."""
     sys.path.insert(0, str(ROOT))
+    import datetime
+    import gc
+
     from kmock._internal import apps
     from tests.support import kube as kube_support
+
+    collecting: list[float] = []
+
+    def timed_collection(phase: str, info: dict[str, Any]) -> None:
+        # Says when the test double itself stalls, to tell its pauses from the replicas'.
+        if phase == "start":
+            collecting[:] = [time.monotonic()]
+        elif collecting and time.monotonic() - collecting[0] > 0.2:
+            _stamp(f"test double: generation {info['generation']} garbage collection took "
+                   f"{time.monotonic() - collecting[0]:.2f} s")  # fmt: skip
+
+    def _stamp(message: str) -> None:
+        now = datetime.datetime.now(tz=datetime.UTC).strftime("%H:%M:%S.%f")[:-3]
+        print(f"{now} {message}", file=sys.stderr, flush=True)
+
+    gc.callbacks.append(timed_collection)
 
     async def serve() -> None:
         async with kube_support.ApiServer() as server, apps.Server(server, port=port):
@@ -504,7 +523,10 @@ def serve_leases(port: int) -> None:
                 # kmock keeps every request for tests to assert on, and matches each new one
                 # against all of them: emptied often, it stays as fast as at its start.
                 server._requests.clear()
+                before = time.monotonic()
                 await asyncio.sleep(0.05)
+                if time.monotonic() - before > 0.5:
+                    _stamp(f"test double: its event loop stalled {time.monotonic() - before:.2f} s")
 
     asyncio.run(serve())
 
