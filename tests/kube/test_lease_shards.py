@@ -26,15 +26,14 @@ from typing import Any
 import pytest
 from kmock._internal import apps
 
-from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import lease_shards
 from kafka_group_operator.kube import client, leases
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.runtime import coordinator_runtime, writer
-from kafka_group_records import partitioning
 from tests.runtime import logs
-from tests.support import kube
+from tests.support import groups, kube
 
 pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.kmock(cls=kube.ApiServer)]
 
@@ -119,28 +118,6 @@ async def replicas(
         await asyncio.gather(*(replica.stop() for replica in made.values()))
 
 
-def _group_on(partition: int, partitions: int) -> str:
-    index = 0
-    while partitioning.partition_for(f"g{index}", partitions) != partition:
-        index += 1
-    return f"g{index}"
-
-
-def _commit(group: str, offset: int) -> messages.OffsetCommitRequest:
-    return messages.OffsetCommitRequest(
-        group_id=group,
-        member_id="",
-        member_epoch=messages.LEAVE_EPOCH,
-        offsets={("t", 0): messages.CommitOffset(offset, "")},
-    )
-
-
-async def _fetch(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int | None:
-    offsets = (await runtime.fetch_offsets(messages.OffsetFetchRequest(group))).offsets
-    committed = offsets.get(("t", 0))
-    return None if committed is None else committed.offset
-
-
 async def _until(condition: Callable[[], bool], seconds: float = 30) -> None:
     async with asyncio.timeout(seconds):
         while True:
@@ -156,7 +133,7 @@ def _active(replica: Replica, group: str) -> bool:
 async def test_two_replicas_racing_for_one_partition(
     api: client.KubeClient, broker: embedded.EmbeddedBroker
 ) -> None:
-    group = _group_on(0, 1)
+    group = groups.group_on(0, 1)
     async with replicas(api, broker.bootstrap, logs.unique_topic(), 1, ["a", "b"]) as made:
         a, b = made["a"], made["b"]
         both_seen = 0
@@ -173,35 +150,35 @@ async def test_two_replicas_racing_for_one_partition(
             # replicas sharing one partition) and stays there.
             await _until(lambda: _active(a, group))
             for offset in range(1, 6):
-                await a.runtime.commit_offsets(_commit(group, offset))
+                await a.runtime.commit_offsets(groups.admin_commit(group, offset))
                 await asyncio.sleep(0.2)
             assert not b.runtime.serving(0)
         finally:
             watcher.cancel()
         assert both_seen == 0
         with pytest.raises(errors.NotCoordinator):
-            await b.runtime.commit_offsets(_commit(group, 99))
+            await b.runtime.commit_offsets(groups.admin_commit(group, 99))
         # The loser names the winner, from the Lease it read.
         await _until(lambda: b.directory.owner(group).url is not None)
         owner = b.directory.owner(group)
         assert owner.is_self is False
         assert owner.url == "http://a.kgo:8080"
         assert a.directory.owner(group).is_self
-        assert await _fetch(a.runtime, group) == 5
+        assert await groups.committed(a.runtime, group) == 5
 
 
 async def test_a_new_replica_gets_its_share_and_groups_keep_their_state(
     api: client.KubeClient, broker: embedded.EmbeddedBroker
 ) -> None:
     partitions = 4
-    group_of = {p: _group_on(p, partitions) for p in range(partitions)}
+    group_of = {p: groups.group_on(p, partitions) for p in range(partitions)}
     topic = logs.unique_topic()
     async with replicas(api, broker.bootstrap, topic, partitions, ["a", "b"], start=["a"]) as made:
         a, b = made["a"], made["b"]
         # Alone, a takes every partition.
         await _until(lambda: all(_active(a, g) for g in group_of.values()))
         for partition, group in group_of.items():
-            await a.runtime.commit_offsets(_commit(group, 10 + partition))
+            await a.runtime.commit_offsets(groups.admin_commit(group, 10 + partition))
         await b.start()
         # a gives up two partitions and b takes them: two each, each served exactly once.
         await _until(
@@ -211,9 +188,9 @@ async def test_a_new_replica_gets_its_share_and_groups_keep_their_state(
         for partition, group in group_of.items():
             holder = a if partition in a.runtime.served_partitions else b
             await _until(lambda holder=holder, group=group: _active(holder, group))  # type: ignore[misc]
-            assert await _fetch(holder.runtime, group) == 10 + partition
-            await holder.runtime.commit_offsets(_commit(group, 20 + partition))
-            assert await _fetch(holder.runtime, group) == 20 + partition
+            assert await groups.committed(holder.runtime, group) == 10 + partition
+            await holder.runtime.commit_offsets(groups.admin_commit(group, 20 + partition))
+            assert await groups.committed(holder.runtime, group) == 20 + partition
 
 
 async def test_a_replica_restarted_under_the_same_name_takes_its_leases_back(
@@ -221,13 +198,13 @@ async def test_a_replica_restarted_under_the_same_name_takes_its_leases_back(
 ) -> None:
     partitions = 2
     topic = logs.unique_topic()
-    group_of = {p: _group_on(p, partitions) for p in range(partitions)}
+    group_of = {p: groups.group_on(p, partitions) for p in range(partitions)}
     first = Replica(api, broker.bootstrap, topic, partitions, "a", ["a"])
     await first.start()
     try:
         await _until(lambda: all(_active(first, g) for g in group_of.values()))
         for partition, group in group_of.items():
-            await first.runtime.commit_offsets(_commit(group, 5 + partition))
+            await first.runtime.commit_offsets(groups.admin_commit(group, 5 + partition))
     finally:
         await first.crash()
     # Its Leases still name "a" and have not expired: nobody else could take them for 6 s,
@@ -237,7 +214,7 @@ async def test_a_replica_restarted_under_the_same_name_takes_its_leases_back(
     try:
         await _until(lambda: all(_active(again, g) for g in group_of.values()))
         for partition, group in group_of.items():
-            assert await _fetch(again.runtime, group) == 5 + partition
+            assert await groups.committed(again.runtime, group) == 5 + partition
     finally:
         await again.stop()
 
@@ -248,14 +225,14 @@ async def test_renewals_failing_while_a_commit_is_in_flight(
     broker: embedded.EmbeddedBroker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    group = _group_on(0, 1)
+    group = groups.group_on(0, 1)
     topic = logs.unique_topic()
     async with replicas(api, broker.bootstrap, topic, 1, ["a", "b"], start=["a"]) as made:
         a, b = made["a"], made["b"]
         await _until(lambda: _active(a, group))
         acknowledged = 0
         for offset in (1, 2, 3):
-            await a.runtime.commit_offsets(_commit(group, offset))
+            await a.runtime.commit_offsets(groups.admin_commit(group, offset))
             acknowledged = offset
         # The next commit's append is held until the renewals have failed.
         entered, opened = asyncio.Event(), asyncio.Event()
@@ -272,7 +249,7 @@ async def test_renewals_failing_while_a_commit_is_in_flight(
             return await original(state_writer, partition, batch)
 
         monkeypatch.setattr(writer.StateWriter, "append", slow_append)
-        in_flight = asyncio.create_task(a.runtime.commit_offsets(_commit(group, 4)))
+        in_flight = asyncio.create_task(a.runtime.commit_offsets(groups.admin_commit(group, 4)))
         await asyncio.wait_for(entered.wait(), 10)
         refusal = kmock.reject(LEASES, 500, "etcd is unavailable", action="update")
         await _until(lambda: not a.runtime.serving(0), seconds=10)
@@ -292,7 +269,7 @@ async def test_renewals_failing_while_a_commit_is_in_flight(
         await a.stop()
         await b.start()
         await _until(lambda: _active(b, group))
-        assert await _fetch(b.runtime, group) in (acknowledged, 4)
+        assert await groups.committed(b.runtime, group) in (acknowledged, 4)
 
 
 @contextlib.contextmanager
@@ -387,11 +364,11 @@ async def stalled_replica(
 async def test_renewals_go_on_while_the_runtime_loop_is_stalled(
     broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = _group_on(0, 1)
+    group = groups.group_on(0, 1)
     async with stalled_replica(broker.bootstrap, monkeypatch) as (shards, runtime, probes):
         renewals, _, clock = probes
         await _until(lambda: runtime.partition_state(group) is State.ACTIVE)
-        await runtime.commit_offsets(_commit(group, 1))
+        await runtime.commit_offsets(groups.admin_commit(group, 1))
         deadline = shards.elector.config.renew_deadline_seconds
         # The loop is blocked for three renewals, while the elector's clock moves on by more
         # than the renew deadline: only renewals made meanwhile keep the partition.
@@ -408,19 +385,19 @@ async def test_renewals_go_on_while_the_runtime_loop_is_stalled(
         assert runtime.lease_check is not None
         assert runtime.lease_check(0)
         # Nothing was lost, so the runtime serves on and acknowledges.
-        await runtime.commit_offsets(_commit(group, 2))
-        assert await _fetch(runtime, group) == 2
+        await runtime.commit_offsets(groups.admin_commit(group, 2))
+        assert await groups.committed(runtime, group) == 2
         assert runtime.partition_state(group) is State.ACTIVE
 
 
 async def test_a_loss_fences_the_runtime_before_its_stalled_loop_hears_of_it(
     broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = _group_on(0, 1)
+    group = groups.group_on(0, 1)
     async with stalled_replica(broker.bootstrap, monkeypatch) as (shards, runtime, probes):
         _, failing, _ = probes
         await _until(lambda: runtime.partition_state(group) is State.ACTIVE)
-        await runtime.commit_offsets(_commit(group, 1))
+        await runtime.commit_offsets(groups.admin_commit(group, 1))
         # A commit is on its way to the brokers when the loop stalls and the renewals fail.
         entered, opened = asyncio.Event(), asyncio.Event()
         original = writer.StateWriter.append
@@ -436,7 +413,7 @@ async def test_a_loss_fences_the_runtime_before_its_stalled_loop_hears_of_it(
             return await original(state_writer, partition, batch)
 
         monkeypatch.setattr(writer.StateWriter, "append", held_append)
-        in_flight = asyncio.create_task(runtime.commit_offsets(_commit(group, 2)))
+        in_flight = asyncio.create_task(runtime.commit_offsets(groups.admin_commit(group, 2)))
         await asyncio.wait_for(entered.wait(), 10)
         failing.set()
         assert runtime.lease_check is not None
@@ -450,5 +427,5 @@ async def test_a_loss_fences_the_runtime_before_its_stalled_loop_hears_of_it(
         with pytest.raises(errors.NotCoordinator):
             await asyncio.wait_for(in_flight, 10)
         with pytest.raises(errors.NotCoordinator):
-            await runtime.commit_offsets(_commit(group, 3))
+            await runtime.commit_offsets(groups.admin_commit(group, 3))
         assert not runtime.serving(0)

@@ -17,7 +17,6 @@ import pytest
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime, writer
-from kafka_group_records import partitioning
 from tests.runtime import logs
 from tests.support import groups
 
@@ -38,28 +37,6 @@ def _config(bootstrap: str, name: str) -> coordinator_runtime.RuntimeConfig:
     )
 
 
-def _group_on(partition: int) -> str:
-    index = 0
-    while partitioning.partition_for(f"g{index}", PARTITIONS) != partition:
-        index += 1
-    return f"g{index}"
-
-
-def _commit(group: str, offset: int) -> messages.OffsetCommitRequest:
-    return messages.OffsetCommitRequest(
-        group_id=group,
-        member_id="",
-        member_epoch=messages.LEAVE_EPOCH,
-        offsets={("t", 0): messages.CommitOffset(offset, "")},
-    )
-
-
-async def _fetch(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int | None:
-    offsets = (await runtime.fetch_offsets(messages.OffsetFetchRequest(group))).offsets
-    committed = offsets.get(("t", 0))
-    return None if committed is None else committed.offset
-
-
 async def _until_active(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> None:
     async with asyncio.timeout(30):
         while True:
@@ -72,7 +49,7 @@ async def test_taking_giving_up_and_taking_back_a_partition(
     broker: embedded.EmbeddedBroker,
 ) -> None:
     name = logs.unique_topic()
-    group = _group_on(0)
+    group = groups.group_on(0, PARTITIONS)
     async with (
         groups.running(_config(broker.bootstrap, name)) as a,
         groups.running(_config(broker.bootstrap, name)) as b,
@@ -83,34 +60,34 @@ async def test_taking_giving_up_and_taking_back_a_partition(
         assert not a.serving(1)
         # Until its load ends the partition answers "loading", a retriable error.
         with pytest.raises(errors.CoordinatorLoadInProgress):
-            await a.commit_offsets(_commit(group, 1))
+            await a.commit_offsets(groups.admin_commit(group, 1))
         await _until_active(a, group)
-        await a.commit_offsets(_commit(group, 1))
+        await a.commit_offsets(groups.admin_commit(group, 1))
         a.release(0)
         assert a.partition_state(group) is State.NOT_SERVED
         with pytest.raises(errors.NotCoordinator):
-            await a.commit_offsets(_commit(group, 2))
+            await a.commit_offsets(groups.admin_commit(group, 2))
         with pytest.raises(errors.NotCoordinator):
             await a.fetch_offsets(messages.OffsetFetchRequest(group))
         b.acquire(0)
         await _until_active(b, group)
-        assert await _fetch(b, group) == 1
-        await b.commit_offsets(_commit(group, 3))
+        assert await groups.committed(b, group) == 1
+        await b.commit_offsets(groups.admin_commit(group, 3))
         b.release(0)
         # Taken back by the process that gave it up: b's writer fenced a's old one, so a
         # needs a new one (a writer's fencing is sticky); it loads what b acknowledged.
         a.acquire(0)
         await _until_active(a, group)
-        assert await _fetch(a, group) == 3
-        await a.commit_offsets(_commit(group, 4))
+        assert await groups.committed(a, group) == 3
+        await a.commit_offsets(groups.admin_commit(group, 4))
         assert a.served_partitions == [0]
         assert a.unhealthy_partitions() == []
         # And b, taking it again, fences a's second writer: a's next write is refused.
         b.acquire(0)
         await _until_active(b, group)
-        assert await _fetch(b, group) == 4
+        assert await groups.committed(b, group) == 4
         with pytest.raises(errors.NotCoordinator):
-            await a.commit_offsets(_commit(group, 5))
+            await a.commit_offsets(groups.admin_commit(group, 5))
         assert a.partition_state(group) is State.FENCED
 
 
@@ -141,7 +118,7 @@ async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
     broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     name = logs.unique_topic()
-    group = _group_on(1)
+    group = groups.group_on(1, PARTITIONS)
     held: dict[int, bool] = {0: True, 1: True}
     async with (
         groups.running(_config(broker.bootstrap, name)) as a,
@@ -150,9 +127,9 @@ async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
         a.lease_check = held.__getitem__
         a.acquire(1)
         await _until_active(a, group)
-        await a.commit_offsets(_commit(group, 1))  # acknowledged while the lease holds
+        await a.commit_offsets(groups.admin_commit(group, 1))  # acknowledged while the lease holds
         gate = _Gate(monkeypatch)
-        in_flight = asyncio.create_task(a.commit_offsets(_commit(group, 2)))
+        in_flight = asyncio.create_task(a.commit_offsets(groups.admin_commit(group, 2)))
         await asyncio.wait_for(gate.entered.wait(), 10)
         if how == "lease-expired":
             # The renew deadline passed; nobody has told the runtime yet.
@@ -167,14 +144,14 @@ async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
         # (the brokers took it), which a client's retry would have made true anyway.
         b.acquire(1)
         await _until_active(b, group)
-        assert await _fetch(b, group) in (1, 2)
+        assert await groups.committed(b, group) in (1, 2)
 
 
 async def test_nothing_is_answered_once_the_lease_may_have_expired(
     broker: embedded.EmbeddedBroker,
 ) -> None:
     name = logs.unique_topic()
-    group = _group_on(0)
+    group = groups.group_on(0, PARTITIONS)
     held: dict[int, bool] = {0: True, 1: True}
     async with groups.running(_config(broker.bootstrap, name)) as a:
         a.lease_check = held.__getitem__
@@ -192,7 +169,7 @@ async def test_nothing_is_answered_once_the_lease_may_have_expired(
                     group_id=group, member_id="m1", member_epoch=joined.member_epoch
                 )
             ),
-            a.commit_offsets(_commit(group, 7)),
+            a.commit_offsets(groups.admin_commit(group, 7)),
             a.fetch_offsets(messages.OffsetFetchRequest(group)),
             a.describe_group(group),
         ]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_records import partitioning
 
 
 async def settle(
@@ -48,3 +49,28 @@ async def running(
         yield runtime
     finally:
         await runtime.stop()
+
+
+def group_on(partition: int, partitions: int) -> str:
+    """The first group id ``g<N>`` whose state lives in ``partition``."""
+    index = 0
+    while partitioning.partition_for(f"g{index}", partitions) != partition:
+        index += 1
+    return f"g{index}"
+
+
+def admin_commit(group: str, offset: int) -> messages.OffsetCommitRequest:
+    """A member-less commit of ``offset`` for ``t-0``, as Kafka's admin client sends."""
+    return messages.OffsetCommitRequest(
+        group_id=group,
+        member_id="",
+        member_epoch=messages.LEAVE_EPOCH,
+        offsets={("t", 0): messages.CommitOffset(offset, "")},
+    )
+
+
+async def committed(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int | None:
+    """The group's committed offset of ``t-0`` (None: none)."""
+    offsets = (await runtime.fetch_offsets(messages.OffsetFetchRequest(group))).offsets
+    found = offsets.get(("t", 0))
+    return None if found is None else found.offset
