@@ -4,6 +4,7 @@ and that no client outlives a probe."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -31,8 +32,10 @@ def test_an_unreachable_cluster_is_reported_quietly_and_the_client_is_gone(
     assert UNREACHABLE in caught.value.message
     # The error is kept (as kopf keeps a handler's error) and still no client runs on.
     assert _threads() <= before
-    # librdkafka would print a line per failed connect on stderr.
-    assert capfd.readouterr().err == ""
+    # librdkafka would print a line per failed connect on stderr. Only lines naming this
+    # address count: clients of brokers that earlier tests in this process stopped may still
+    # be reconnecting on the same stderr.
+    assert not re.search(rf"{re.escape(UNREACHABLE)}\b", capfd.readouterr().err)
 
 
 @pytest.mark.broker
