@@ -128,6 +128,12 @@ def test_coordinator_restarts_fail_no_member_and_move_no_partition(
             group.start_member(instance, env={"KGO_COORDINATOR_URL": service.url})
         group.wait_settled({"member-0", "member-1"}, timeout=30)
         before = group.ownership()
+        # Settled is the coordinator's view: a member journals its assignment after it has
+        # been handed out, so start counting changes once both journals agree with it.
+        deadline = time.monotonic() + 30
+        while any(_journal_owned(group, i) != owned for i, owned in before.items()):
+            assert time.monotonic() < deadline, "the members never journaled their assignment"
+            time.sleep(0.05)
         since = time.time()
         for _ in range(RESTARTS):
             restart_coordinator(group, service)
@@ -144,6 +150,18 @@ def test_coordinator_restarts_fail_no_member_and_move_no_partition(
     finally:
         group.stop_members(sorted(group.members))
         service.close()
+
+
+def _journal_owned(group: demo.LocalGroup, instance: str) -> frozenset[tuple[str, int]]:
+    """What ``instance`` owns by its own journal: assigned, less revoked and lost."""
+    owned: set[tuple[str, int]] = set()
+    for event in demo.Journal.read(group.journal_path(instance)).events:
+        partitions = {(topic, partition) for topic, partition in event.get("p", ())}
+        if event["e"] == "assigned":
+            owned |= partitions
+        elif event["e"] in ("revoked", "lost"):
+            owned -= partitions
+    return frozenset(owned)
 
 
 def restart_coordinator(group: demo.LocalGroup, service: proxy.Proxy) -> None:
