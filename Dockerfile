@@ -46,6 +46,10 @@ RUN pip install --no-cache-dir '.[operator,spark]' "pyspark==${SPARK_VERSION}" \
     && ln -s "$(python3 -c 'import kafka_group_jobs, os; print(os.path.dirname(kafka_group_jobs.__file__))')" \
        /opt/kafka-group-operator/kafka_group_jobs \
     && mkdir -p /opt/spark/work-dir && chown spark /opt/spark/work-dir
+# The JVM class archive every job starts from (kafka_group_jobs.warmup): SparkApplications
+# name it in their Java options, local jobs in this image find it through the variable.
+ENV KGO_SPARK_CLASS_ARCHIVE=/opt/kafka-group-operator/spark-classes.jsa
+RUN python3 -m kafka_group_jobs.warmup "${KGO_SPARK_CLASS_ARCHIVE}"
 WORKDIR /opt/spark/work-dir
 USER 185
 ENTRYPOINT ["/opt/entrypoint.sh"]

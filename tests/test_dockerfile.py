@@ -129,3 +129,13 @@ def test_every_spark_application_runs_the_charts_jobs_image() -> None:
         spec = runner.build_application(run, settings)["spec"]
         assert spec["image"] == VALUES["spark"]["image"]
         assert spec["mainApplicationFile"] == f"local://{settings.jobs_path}/{run.job}.py"
+
+
+def test_the_jobs_image_records_the_class_archive_spark_applications_start_from() -> None:
+    jobs = stage("jobs")
+    archive = spark_application.CLASS_ARCHIVE
+    assert f"ENV KGO_SPARK_CLASS_ARCHIVE={archive}\n" in jobs
+    assert 'RUN python3 -m kafka_group_jobs.warmup "${KGO_SPARK_CLASS_ARCHIVE}"' in jobs
+    # Recorded after the install (the jars it maps), before the image drops to Spark's user.
+    assert jobs.index("pip install") < jobs.index("kafka_group_jobs.warmup") < jobs.index("USER")
+    assert f"-XX:SharedArchiveFile={archive}" in spark_application.JVM_OPTIONS

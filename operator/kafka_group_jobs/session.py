@@ -13,7 +13,9 @@ before the first record starting the JVM, not reading.
   job in an environment records it at its end (``-XX:ArchiveClassesAtExit``), into
   ``$KGO_SPARK_CLASS_ARCHIVE`` or the user's cache directory, under a name keyed by the Java
   and Spark installs (another Java or Spark gets its own archive; the JVM itself also
-  ignores an archive whose jars changed). ``KGO_SPARK_CLASS_ARCHIVE=off`` turns it off.
+  ignores an archive whose jars changed). ``KGO_SPARK_CLASS_ARCHIVE=off`` turns it off. The
+  jobs image records its archive at build time instead (``warmup``, ``recorded_session``)
+  and names it with that variable.
 * The JVM's own log lines go to stderr, never to stdout, where ``--json`` puts its result.
 """
 
@@ -114,8 +116,26 @@ def job_session(app_name: str, master: str | None = None) -> Iterator[SparkSessi
     finally:
         if not already_running:
             spark.stop()
-            if recording is not None:
-                _finish_archive(recording)
+            archive = class_archive()
+            if recording is not None and archive is not None:
+                _finish_archive(recording, archive)
+
+
+@contextlib.contextmanager
+def recorded_session(app_name: str, archive: Path) -> Iterator[SparkSession]:
+    """A local session whose JVM records its class archive into ``archive`` as it ends (the
+    jobs image's, at build time: ``warmup``)."""
+    if SparkSession._instantiatedSession is not None:
+        raise RuntimeError("a JVM already runs in this process: its options are set")
+    handle, name = tempfile.mkstemp(prefix=archive.name, suffix=".part", dir=archive.parent)
+    os.close(handle)
+    recording = Path(name)
+    spark = build_session(app_name, "local[2]", recording)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+        _finish_archive(recording, archive)
 
 
 def _archive_to_record(master: str | None) -> Path | None:
@@ -140,7 +160,7 @@ def _archive_to_record(master: str | None) -> Path | None:
     return Path(name)
 
 
-def _finish_archive(recording: Path) -> None:
+def _finish_archive(recording: Path, archive: Path) -> None:
     """Ends the JVM (it writes the archive as it exits) and puts the archive in place.
 
     The gateway's JVM exits when its stdin closes; this process's later sessions, if any,
@@ -150,9 +170,8 @@ def _finish_archive(recording: Path) -> None:
 
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
-    archive = class_archive()
     try:
-        if process is None or archive is None:
+        if process is None:
             return
         with contextlib.suppress(Exception):
             gateway.shutdown()  # type: ignore[union-attr]

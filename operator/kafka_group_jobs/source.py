@@ -89,7 +89,7 @@ class RangeReader:
 
         if offsets.end <= offsets.start:
             return
-        arrow_schema = _arrow_schema(pa)
+        schema = arrow_schema(pa)
         consumer = Consumer(topics.reader_config(self.bootstrap, self.kafka_config))
         decode = decoding.decode_row
         partition = offsets.partition
@@ -109,15 +109,16 @@ class RangeReader:
                         )
                     )
                 if len(rows) >= ARROW_BATCH_ROWS:
-                    yield _to_batch(pa, arrow_schema, rows)
+                    yield to_batch(pa, schema, rows)
                     rows = []
             if rows:
-                yield _to_batch(pa, arrow_schema, rows)
+                yield to_batch(pa, schema, rows)
         finally:
             consumer.close()
 
 
-def _arrow_schema(pa: Any) -> Any:
+def arrow_schema(pa: Any) -> Any:
+    """``STATE_RECORD_DDL`` as an Arrow schema (``pa``: pyarrow, imported by the caller)."""
     types = {"INT": pa.int32(), "BIGINT": pa.int64(), "BINARY": pa.binary(), "STRING": pa.string()}
     return pa.schema(
         [
@@ -127,11 +128,12 @@ def _arrow_schema(pa: Any) -> Any:
     )
 
 
-def _to_batch(pa: Any, arrow_schema: Any, rows: list[columns.Row]) -> Any:
+def to_batch(pa: Any, schema: Any, rows: list[columns.Row]) -> Any:
+    """Rows of ``decode_row`` as one Arrow record batch of ``schema``."""
     return pa.RecordBatch.from_arrays(
         [
             pa.array(values, type=field.type)
-            for values, field in zip(zip(*rows, strict=True), arrow_schema, strict=True)
+            for values, field in zip(zip(*rows, strict=True), schema, strict=True)
         ],
-        schema=arrow_schema,
+        schema=schema,
     )

@@ -112,7 +112,13 @@ def test_snapshot_application_is_exactly_as_expected() -> None:
                 "s3a://b/p",
             ],
             "sparkVersion": "4.0.1",
-            "sparkConf": {"spark.sql.shuffle.partitions": "8"},
+            "sparkConf": {
+                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile"
+                "=/opt/kafka-group-operator/spark-classes.jsa -Xshare:auto",
+                "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile"
+                "=/opt/kafka-group-operator/spark-classes.jsa -Xshare:auto",
+                "spark.sql.shuffle.partitions": "8",
+            },
             "restartPolicy": {"type": "Never"},
             "timeToLiveSeconds": 3600,
             "driver": {
@@ -178,6 +184,15 @@ def test_overlay_takes_the_resource_over_the_chart() -> None:
         "spark.sql.shuffle.partitions": "8",
         "spark.executor.extraJavaOptions": "-X",
     }
+
+
+def test_a_resources_java_options_replace_the_images_defaults() -> None:
+    settings = spark_application.overlay(
+        DEFAULTS, {"sparkConf": {"spark.executor.extraJavaOptions": "-Xss4m"}}
+    )
+    conf = build(settings=settings)["spec"]["sparkConf"]
+    assert conf["spark.executor.extraJavaOptions"] == "-Xss4m"
+    assert conf["spark.driver.extraJavaOptions"] == spark_application.JVM_OPTIONS
 
 
 @pytest.mark.parametrize(
