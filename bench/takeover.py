@@ -29,8 +29,10 @@ Peers in the same run, interleaved with the takeovers: a plain confluent-kafka c
 reading the same partition's records end to end (``read_committed``, as the loader and
 ``bench state_topic`` read), and the same takeover by a runtime without the checkpoint
 (the whole log read). Components, timed alone: ``checkpoints.newest`` (Parquet to the
-survivors dict), and the decode and the replay of the 100,000 survivors into a fresh shard,
-with the garbage collector on and off (its share).
+survivors dict), and the decode and the replay of the 100,000 survivors into a fresh shard as
+the runtime loads them (offset commits kept in their bytes, ``loader.Survivors``), with the
+garbage collector on and off (its share), and the same with every survivor decoded into a
+record (``loader.load``'s form).
 
 Target (issue 13): takeover of a 100k-key partition with a checkpoint <= 1.5 s.
 Writes ``bench/results/takeover.json``. ``--quick`` uses 10,000 keys and fewer rounds.
@@ -239,14 +241,27 @@ def _replay_alone(survivors: dict[bytes, bytes | None], collect: bool) -> tuple[
 
 
 def _decode_and_replay(survivors: dict[bytes, bytes | None]) -> tuple[float, float]:
+    """As the runtime's load does it: offset commits left in their bytes (``Survivors``)."""
     started = time.perf_counter()
-    decoded = loader.decode_survivors(survivors, PARTITION)
+    decoded = loader.decode_split(survivors, PARTITION)
     decoded_at = time.perf_counter()
     fresh = shard.CoordinatorShard(None)
-    for record in decoded:
+    for record in decoded.records:
         fresh.replay(record)
+    fresh.replay_encoded_offset_commits(decoded.offset_commits)
     fresh.on_loaded(coordinator_runtime.wall_clock_ms())
     return decoded_at - started, time.perf_counter() - decoded_at
+
+
+def _decode_records_and_replay(survivors: dict[bytes, bytes | None]) -> float:
+    """Every survivor decoded into a record and replayed (``loader.load``'s form, the
+    runtime's before offset commits were kept in their bytes), garbage collector on."""
+    started = time.perf_counter()
+    fresh = shard.CoordinatorShard(None)
+    for record in loader.decode_survivors(survivors, PARTITION):
+        fresh.replay(record)
+    fresh.on_loaded(coordinator_runtime.wall_clock_ms())
+    return time.perf_counter() - started
 
 
 def _checkpoint_read(uri: str, topic: str) -> float:
@@ -367,6 +382,7 @@ async def run(quick: bool) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     replays = [_replay_alone(survivors, True) for _ in range(3)]
     uncollected = [_replay_alone(survivors, False) for _ in range(3)]
+    as_records = [_decode_records_and_replay(survivors) for _ in range(3)]
     assert live_loaded == live, f"the holder serves {live_loaded} keys, expected {live}"
     median = statistics.median(ours)
     return {
@@ -398,6 +414,7 @@ async def run(quick: bool) -> dict[str, Any]:
             "replay_into_shard_s": round(min(r for _, r in replays), 3),
             "decode_survivors_gc_off_s": round(min(d for d, _ in uncollected), 3),
             "replay_into_shard_gc_off_s": round(min(r for _, r in uncollected), 3),
+            "decode_and_replay_as_records_s": round(min(as_records), 3),
         },
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "target": {"takeover_s": f"<= {TARGET_S}", "measured_median_s": round(median, 3)},

@@ -31,14 +31,26 @@ every expiry a tombstone:
   ``offsets_retention_ms`` after its commit timestamp; offsets of subscribed topics never do.
 * An offset with an explicit expire timestamp (old version-1 records) expires when that
   time comes, instead of by either rule above (and never while its topic is subscribed).
+
+A load replays mostly offset commits, 100,000 and more per partition, and most are never
+fetched before they are committed again. So the loader may replay an offset commit in the
+form the coordinator writes it (value version 3, empty metadata) as its value bytes
+(``EncodedCommit``, ``OffsetStore.replay_encoded``): the store keeps the bytes, which are a
+fixed layout already checked by the loader, takes the commit timestamp it needs for
+retention out of them, and decodes a group's offsets the first time anything reads them.
+That decode changes nothing a reader can see (the same ``OffsetCommitValue`` a decoded
+replay would have stored); it saves the load three objects per offset, and the garbage
+collector's passes over them (bytes are not tracked).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from kafka_group_operator.coordinator import errors, group, messages, result
 from kafka_group_operator.coordinator import records as coordinator_records
+from kafka_group_records import codec
 from kafka_group_records import records as schema
 
 MAX_METADATA_BYTES = 4096
@@ -49,6 +61,13 @@ GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
 NO_EXPIRY = -1
 
 TopicPartition = messages.TopicPartition
+# An offset commit as the loader may replay it: group id, (topic, partition), and the value's
+# bytes in the coordinator's own form (version 3, empty metadata: ``ENCODED_VALUE_SIZE`` bytes).
+EncodedCommit = tuple[str, TopicPartition, bytes]
+ENCODED_VALUE_SIZE = 24
+# Where that form keeps the commit timestamp: after version, offset, epoch, metadata length.
+_ENCODED_COMMIT_TIMESTAMP = struct.Struct(">q")
+_ENCODED_COMMIT_TIMESTAMP_AT = 16
 # Why a partition may not be committed (a Kafka error name), or None when it may.
 _PartitionCheck = Callable[[str, int], str | None]
 
@@ -57,7 +76,10 @@ class OffsetStore:
     """The committed offsets of every group on the shard, rebuilt by replay."""
 
     def __init__(self) -> None:
-        self._offsets: dict[str, dict[TopicPartition, schema.OffsetCommitValue]] = {}
+        # A value is bytes when replayed encoded and not read since (see the docstring).
+        self._offsets: dict[str, dict[TopicPartition, schema.OffsetCommitValue | bytes]] = {}
+        # Groups holding encoded values: ``committed`` decodes them on first reading.
+        self._encoded: set[str] = set()
         self._latest_commit_ms: dict[str, int] = {}
         # How many of a group's offsets carry an explicit expire timestamp (groups with
         # none are absent): retention scans a member-less group's offsets only if any do.
@@ -72,6 +94,7 @@ class OffsetStore:
                 self._count_explicit(group_id, committed.pop(partition, None), -1)
                 if not committed:
                     del self._offsets[group_id]
+                    self._encoded.discard(group_id)
                     self._latest_commit_ms.pop(group_id, None)
             return
         assert isinstance(value, schema.OffsetCommitValue)
@@ -82,10 +105,30 @@ class OffsetStore:
         latest = self._latest_commit_ms.get(group_id, value.commit_timestamp)
         self._latest_commit_ms[group_id] = max(latest, value.commit_timestamp)
 
+    def replay_encoded(self, commits: Iterable[EncodedCommit]) -> None:
+        """Replay offset commits given as ``EncodedCommit``: the same state as replaying
+        each one decoded, in the same order (a value's bytes must be of that form)."""
+        offsets, encoded, latest = self._offsets, self._encoded, self._latest_commit_ms
+        timestamp, at = _ENCODED_COMMIT_TIMESTAMP.unpack_from, _ENCODED_COMMIT_TIMESTAMP_AT
+        for group_id, partition, value in commits:
+            if len(value) != ENCODED_VALUE_SIZE:
+                raise ValueError(f"not an encoded offset commit value: {value!r}")
+            committed = offsets.get(group_id)
+            if committed is None:
+                committed = offsets[group_id] = {}
+            else:
+                self._count_explicit(group_id, committed.get(partition), -1)
+            committed[partition] = value
+            encoded.add(group_id)
+            commit_ms: int = timestamp(value, at)[0]
+            if latest.get(group_id, commit_ms) <= commit_ms:
+                latest[group_id] = commit_ms
+
     def _count_explicit(
-        self, group_id: str, value: schema.OffsetCommitValue | None, change: int
+        self, group_id: str, value: schema.OffsetCommitValue | bytes | None, change: int
     ) -> None:
-        if value is None or value.expire_timestamp == NO_EXPIRY:
+        # Encoded values never carry an explicit expiry (only version 1 does).
+        if value is None or isinstance(value, bytes) or value.expire_timestamp == NO_EXPIRY:
             return
         count = self._explicit_expiries.get(group_id, 0) + change
         if count:
@@ -98,7 +141,31 @@ class OffsetStore:
         return self._explicit_expiries.get(group_id, 0)
 
     def committed(self, group_id: str) -> Mapping[TopicPartition, schema.OffsetCommitValue]:
-        return self._offsets.get(group_id, {})
+        committed = self._offsets.get(group_id)
+        if committed is None:
+            return {}
+        if group_id in self._encoded:
+            for partition, value in committed.items():
+                if isinstance(value, bytes):
+                    # Replacing a value while iterating is safe: the keys do not change.
+                    committed[partition] = _decoded(group_id, partition, value)
+            self._encoded.discard(group_id)
+        return committed  # type: ignore[return-value]  # every value decoded just above
+
+    def committed_outside(
+        self, group_id: str, topics: Mapping[str, int]
+    ) -> Iterator[tuple[TopicPartition, schema.OffsetCommitValue]]:
+        """The group's offsets of topics not in ``topics``, decoding only those."""
+        for partition, value in self._offsets.get(group_id, {}).items():
+            if partition[0] not in topics:
+                if isinstance(value, bytes):
+                    yield partition, _decoded(group_id, partition, value)
+                else:
+                    yield partition, value
+
+    def count(self, group_id: str) -> int:
+        """How many offsets the group has committed."""
+        return len(self._offsets.get(group_id, ()))
 
     def has_offsets(self, group_id: str) -> bool:
         return group_id in self._offsets
@@ -108,6 +175,12 @@ class OffsetStore:
 
     def group_ids(self) -> list[str]:
         return list(self._offsets)
+
+
+def _decoded(group_id: str, partition: TopicPartition, value: bytes) -> schema.OffsetCommitValue:
+    decoded = codec.decode_value(schema.OffsetCommitKey(group_id, *partition), value)
+    assert isinstance(decoded, schema.OffsetCommitValue)
+    return decoded
 
 
 def commit_offsets(
@@ -279,7 +352,7 @@ def group_expiry_ms(
     expiry; None while it has members, or when it holds nothing of that kind."""
     if existing is not None and existing.members:
         return None
-    expiring_with_group = len(store.committed(group_id)) - store.explicit_expiries(group_id)
+    expiring_with_group = store.count(group_id) - store.explicit_expiries(group_id)
     if not expiring_with_group and not _has_group_records(existing):
         return None
     settings = existing.settings if existing is not None else group.DEFAULT_CONFIG
@@ -333,18 +406,16 @@ def _expiring_alone(
 ) -> Iterator[tuple[TopicPartition, int]]:
     """The offsets that expire one by one, each with its deadline: in a group with members,
     those of topics no member subscribes to; in any group, those with an explicit expiry."""
-    committed = store.committed(group_id)
     if existing is not None and existing.members:
-        subscribed = existing.subscribed_topics
         retention_ms = existing.settings.offsets_retention_ms
-        for partition, value in committed.items():
-            if partition[0] not in subscribed:
-                if value.expire_timestamp == NO_EXPIRY:
-                    yield partition, value.commit_timestamp + retention_ms
-                else:
-                    yield partition, value.expire_timestamp
+        # Offsets of subscribed topics never expire alone: those are not even decoded.
+        for partition, value in store.committed_outside(group_id, existing.subscribed_topics):
+            if value.expire_timestamp == NO_EXPIRY:
+                yield partition, value.commit_timestamp + retention_ms
+            else:
+                yield partition, value.expire_timestamp
     elif store.explicit_expiries(group_id):
-        for partition, value in committed.items():
+        for partition, value in store.committed(group_id).items():
             if value.expire_timestamp != NO_EXPIRY:
                 yield partition, value.expire_timestamp
 

@@ -18,7 +18,7 @@ timer once from the loaded state, exactly as live replay would have left them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka_group_operator import assignors as assignor_registry
@@ -327,6 +327,18 @@ class CoordinatorShard:
             # reconciliation records (most of them) leave it alone.
             return
         self._rearm_retention(group_id)
+
+    def replay_encoded_offset_commits(self, commits: Iterable[offsets.EncodedCommit]) -> None:
+        """Replay offset commits kept in their written form (``offsets.EncodedCommit``, see
+        ``offsets``): the same state as ``replay`` of each decoded record, in that order."""
+        if self._loading:
+            self._offsets.replay_encoded(commits)
+            return
+        for commit in commits:
+            self._offsets.replay_encoded((commit,))
+            group_id, (topic, _), _ = commit
+            if offsets.may_expire_alone(self._groups.get(group_id), topic):
+                self._rearm_retention(group_id)
 
     def on_loaded(self, now_ms: int) -> None:
         """After a load: restart every soft timer from ``now_ms`` and check transitions."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kafka_group_records import checkpoint
@@ -91,19 +92,30 @@ def read(location: Path, topic: str, partitions: int, wanted: Collection[int]) -
         )
     # Spark writes the rows sorted, but as several files: the order is established here.
     table = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    survivors: dict[int, dict[bytes, bytes | None]] = {partition: {} for partition in wanted}
-    columns = (table.column(name).to_pylist() for name in ("partition", "offset", "key", "value"))
-    for partition, offset, key, value in zip(*columns, strict=True):
-        if value is None or key is None:
+    for name in ("key", "value"):
+        if table.column(name).null_count:
+            row = table.filter(pc.is_null(table.column(name))).slice(0, 1).to_pylist()[0]
             raise checkpoint.CheckpointError(
-                f"checkpoint {location}: partition {partition} offset {offset} has no key or value"
+                f"checkpoint {location}: partition {row['partition']} offset {row['offset']} "
+                "has no key or value"
             )
-        if offset >= manifest.tail_start(partition):
+    # Column by column, a partition at a time: the rows are sorted by partition, and a dict
+    # built from two lists costs a fraction of a Python loop over 100,000 rows.
+    survivors: dict[int, dict[bytes, bytes | None]] = {partition: {} for partition in wanted}
+    partitions = table.column("partition")
+    for partition in sorted(wanted):
+        rows = table.filter(pc.equal(partitions, partition))
+        if not rows.num_rows:
+            continue
+        last = pc.max(rows.column("offset")).as_py()
+        if last >= manifest.tail_start(partition):
             raise checkpoint.CheckpointError(
-                f"checkpoint {location}: offset {offset} of partition {partition} is past the "
+                f"checkpoint {location}: offset {last} of partition {partition} is past the "
                 "offsets it covers"
             )
-        survivors[partition][key] = value
+        survivors[partition] = dict(
+            zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True)
+        )
     return Checkpoint(location, manifest, survivors)
 
 

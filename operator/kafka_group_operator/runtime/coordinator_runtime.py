@@ -962,10 +962,11 @@ class CoordinatorRuntime:
     async def _load(self, indexes: list[int]) -> None:
         assignors = self.config.assignors
 
-        def build(index: int, replayed: list[records.Record]) -> shard.CoordinatorShard:
+        def build(index: int, replayed: loader.Survivors) -> shard.CoordinatorShard:
             fresh = shard.CoordinatorShard(assignors)
-            for record in replayed:
+            for record in replayed.records:
                 fresh.replay(record)
+            fresh.replay_encoded_offset_commits(replayed.offset_commits)
             return fresh
 
         by_tenure: dict[_Tenure, list[int]] = {}
@@ -981,14 +982,14 @@ class CoordinatorRuntime:
         self,
         tenure: _Tenure,
         indexes: list[int],
-        build: Callable[[int, list[records.Record]], shard.CoordinatorShard],
+        build: Callable[[int, loader.Survivors], shard.CoordinatorShard],
     ) -> None:
         def loaded(index: int, outcome: shard.CoordinatorShard | BaseException) -> None:
             self._loaded(index, outcome, tenure)
 
         started = time.monotonic()
         try:
-            await tenure.loader.load(indexes, build, loaded)
+            await tenure.loader.load_survivors(indexes, build, loaded)
             self.metrics.load_seconds.observe(time.monotonic() - started)
         except Exception as error:
             # E.g. no consumer could be created: these partitions will not load by themselves.

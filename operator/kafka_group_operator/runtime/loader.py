@@ -27,31 +27,52 @@ does not cover; compaction then continues over that tail exactly as over the who
 result is the same. A partition whose marker lands before that offset (the topic was
 recreated under the checkpoint) drops the checkpoint and is read from the start; a missing,
 unreadable or unfitting checkpoint means reading every partition from the start.
+
+The runtime's loads (``load_survivors``) hand offset commits written in the coordinator's own
+form to the shard undecoded (``coordinator.offsets.EncodedCommit``: the group and partition
+names shared between keys, the value's bytes as they are); every other record is decoded.
+Decoding 100,000 survivors into records was most of a takeover's CPU. ``load`` decodes
+everything into records, for callers that want the records themselves.
+
+The cyclic garbage collector is paused while a load decodes and builds (``collector_paused``):
+a load allocates objects by the hundred thousand, none of them garbage, and each collection
+it triggers walks every object of the process, the partitions already served included. The
+pause covers only that CPU-bound work, never a wait for the brokers, so garbage of the rest
+of the process waits for a collection at most as long as a decode takes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import queue
+import struct
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from kafka_group_operator.coordinator import offsets
 from kafka_group_operator.runtime import checkpoints, errors, writer
 from kafka_group_records import codec, records
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+D = TypeVar("D")
+Item = TypeVar("Item")
 
 MARKER_KEY = codec.encode_key(records.LoadMarkerKey())
 # How many records one consume() call may hand over; large batches keep Python out of the way.
 _CONSUME_BATCH = 10_000
+# How long one consume() call waits: it returns before that only with a full batch, so the
+# marker that ends a load is handed over up to this long after it arrived.
+_CONSUME_WAIT_S = 0.01
 
 
 def compact(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | None]:
@@ -73,6 +94,109 @@ def decode_survivors(
 ) -> list[records.Record]:
     """Decode the live records of a compacted partition (tombstoned keys are gone), reusing
     ``decoded_before[key]`` where its value bytes are still the survivor's."""
+    return _decode_all(survivors, partition, codec.decode_record, decoded_before)
+
+
+def decode_ahead(
+    survivors: Mapping[bytes, bytes | None],
+    one: Callable[[bytes, bytes], Item] = codec.decode_record,  # type: ignore[assignment]
+) -> dict[bytes, tuple[bytes, Item]]:
+    """Decodes what can be decoded now (each with ``one``), keeping the bytes each record came
+    from; failures are left for the final decode to report."""
+    decoded: dict[bytes, tuple[bytes, Item]] = {}
+    for key, value in survivors.items():
+        if value is not None:
+            try:
+                decoded[key] = (value, one(key, value))
+            except codec.CodecError:
+                continue
+    return decoded
+
+
+@dataclass
+class Survivors:
+    """A compacted partition's live records as the runtime replays them: offset commits in
+    the coordinator's own form, undecoded, and every other record decoded, each list in log
+    order. While loading, replaying an offset commit changes only the group's offsets and
+    replaying any other record never touches them, so the two lists replay to the state of
+    the one log (``replay`` both into a shard)."""
+
+    records: list[records.Record] = field(default_factory=list)
+    offset_commits: list[offsets.EncodedCommit] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.records) + len(self.offset_commits)
+
+
+# The value of an offset commit as the coordinator writes it: version 3, metadata length 0 at
+# byte 14 (after version, offset, leader epoch), ``offsets.ENCODED_VALUE_SIZE`` bytes in all.
+_ENCODED_VALUE_HEADER = codec.encode_value(records.OffsetCommitValue(0, 0, "", 0))[:2]
+_OFFSET_COMMIT_KEY_VERSIONS = (
+    codec.encode_key(records.OffsetCommitKey("g", "t", 0))[:2],
+    struct.pack(">h", codec.OFFSET_COMMIT_KEY_V0),
+)
+_KEY_GROUP_LENGTH = struct.Struct(">h")
+_NO_METADATA = b"\x00\x00"
+
+
+class SurvivorDecoder:
+    """Decodes one partition's survivors for ``Survivors``. An offset commit key is its
+    group's name and then (topic, partition), which repeat across the partition's keys: each
+    distinct byte string of either is decoded once, by the codec, and shared after."""
+
+    def __init__(self) -> None:
+        self._groups: dict[bytes, str] = {}
+        self._partitions: dict[bytes, tuple[str, int]] = {}
+
+    def one(self, key: bytes, value: bytes) -> records.Record | offsets.EncodedCommit:
+        if (
+            len(value) == offsets.ENCODED_VALUE_SIZE
+            and value[:2] == _ENCODED_VALUE_HEADER
+            and value[14:16] == _NO_METADATA
+            and key[:2] in _OFFSET_COMMIT_KEY_VERSIONS
+        ):
+            length: int = _KEY_GROUP_LENGTH.unpack_from(key, 2)[0]
+            if length >= 0:
+                group_bytes, rest = key[4 : 4 + length], key[4 + length :]
+                group = self._groups.get(group_bytes)
+                partition = self._partitions.get(rest)
+                if group is None or partition is None:
+                    # The codec decides what a valid key is (and raises for any other).
+                    decoded = codec.decode_key(key)
+                    assert isinstance(decoded, records.OffsetCommitKey)
+                    group = self._groups.setdefault(group_bytes, decoded.group)
+                    partition = self._partitions.setdefault(
+                        rest, (decoded.topic, decoded.partition)
+                    )
+                return group, partition, value
+        return codec.decode_record(key, value)
+
+
+def decode_split(
+    survivors: Mapping[bytes, bytes | None],
+    partition: int = -1,
+    decoded_before: Mapping[bytes, tuple[bytes, records.Record | offsets.EncodedCommit]]
+    | None = None,
+    decoder: SurvivorDecoder | None = None,
+) -> Survivors:
+    """``decode_survivors`` for ``Survivors``: the same records, offset commits of the
+    coordinator's own form left undecoded."""
+    one = (decoder or SurvivorDecoder()).one
+    split = Survivors()
+    for item in _decode_all(survivors, partition, one, decoded_before):
+        if isinstance(item, tuple):
+            split.offset_commits.append(item)
+        else:
+            split.records.append(item)
+    return split
+
+
+def _decode_all(
+    survivors: Mapping[bytes, bytes | None],
+    partition: int,
+    one: Callable[[bytes, bytes], Item],
+    decoded_before: Mapping[bytes, tuple[bytes, Item]] | None,
+) -> list[Item]:
     decoded = []
     unknown: dict[int, int] = {}
     known = decoded_before or {}
@@ -84,7 +208,7 @@ def decode_survivors(
             decoded.append(early[1])
             continue
         try:
-            decoded.append(codec.decode_record(key, value))
+            decoded.append(one(key, value))
         except codec.UnknownRecordType as error:
             unknown[error.key_version] = unknown.get(error.key_version, 0) + 1
         except codec.CodecError as error:
@@ -101,22 +225,69 @@ def decode_survivors(
     return decoded
 
 
-def decode_ahead(
-    survivors: Mapping[bytes, bytes | None],
-) -> dict[bytes, tuple[bytes, records.Record]]:
-    """Decodes what can be decoded now, keeping the bytes each record came from; failures are
-    left for ``decode_survivors`` to report."""
-    decoded: dict[bytes, tuple[bytes, records.Record]] = {}
-    for key, value in survivors.items():
-        if value is not None:
-            with contextlib.suppress(codec.CodecError):
-                decoded[key] = (value, codec.decode_record(key, value))
-    return decoded
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block (see the module's docstring). Pauses
+    may overlap, in threads of their own: the collector is back on, if it was on before the
+    first, when the last ends. Reference counting frees everything as usual meanwhile."""
+    global _collector_pauses, _collector_was_enabled
+    with _collector_lock:
+        if not _collector_pauses:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if not _collector_pauses and _collector_was_enabled:
+                gc.enable()
 
 
 def replay_order(log: Iterable[tuple[bytes, bytes | None]]) -> list[records.Record]:
     """The records a load replays for ``log`` (one partition's key/value bytes, in order)."""
     return decode_survivors(compact(log))
+
+
+@dataclass(frozen=True)
+class _Decoding(Generic[D]):
+    """How a load decodes a partition's survivors: ``ahead`` what the checkpoint holds while
+    the tail is read, then ``final`` the whole, reusing what ``ahead`` decoded."""
+
+    ahead: Callable[[Mapping[bytes, bytes | None]], Mapping[bytes, tuple[bytes, object]]]
+    final: Callable[
+        [Mapping[bytes, bytes | None], int, Mapping[bytes, tuple[bytes, object]] | None], D
+    ]
+
+
+_RECORDS_DECODING: _Decoding[list[records.Record]] = _Decoding(
+    decode_ahead,
+    decode_survivors,  # type: ignore[arg-type]  # what ``ahead`` gives back: records
+)
+
+
+def _records_decoding() -> _Decoding[list[records.Record]]:
+    return _RECORDS_DECODING
+
+
+def _split_decoding() -> _Decoding[Survivors]:
+    # One decoder per partition and load: its shared names live as long as the load.
+    decoder = SurvivorDecoder()
+    return _Decoding(
+        lambda survivors: decode_ahead(survivors, decoder.one),
+        lambda survivors, partition, before: decode_split(
+            survivors,
+            partition,
+            before,  # type: ignore[arg-type]  # what ``ahead`` gave back
+            decoder,
+        ),
+    )
 
 
 class PartitionLoader:
@@ -198,6 +369,24 @@ class PartitionLoader:
     ) -> None:
         """Load ``partitions``; for each, ``build`` its records (in the reading thread) and
         hand the result, or the failure, to ``on_loaded`` on the event loop."""
+        await self._load(partitions, _records_decoding, build, on_loaded)
+
+    async def load_survivors(
+        self,
+        partitions: Collection[int],
+        build: Callable[[int, Survivors], T],
+        on_loaded: Callable[[int, T | BaseException], None],
+    ) -> None:
+        """``load``, with each partition's survivors as ``Survivors`` (the runtime's load)."""
+        await self._load(partitions, _split_decoding, build, on_loaded)
+
+    async def _load(
+        self,
+        partitions: Collection[int],
+        decoding: Callable[[], _Decoding[D]],
+        build: Callable[[int, D], T],
+        on_loaded: Callable[[int, T | BaseException], None],
+    ) -> None:
         nonces = {partition: self._writer.marker_nonce("load") for partition in partitions}
         loop = asyncio.get_running_loop()
         stop = threading.Event()
@@ -208,7 +397,7 @@ class PartitionLoader:
 
         # Reading starts while the markers are written: the reader needs only the nonces.
         reading = asyncio.ensure_future(
-            asyncio.to_thread(self._read, nonces, markers, build, finished, stop)
+            asyncio.to_thread(self._read, nonces, markers, decoding, build, finished, stop)
         )
         try:
             await self.write_markers(nonces, markers, fenced=finished)
@@ -222,7 +411,8 @@ class PartitionLoader:
         self,
         nonces: dict[int, str],
         markers: queue.SimpleQueue[tuple[int, int | None]],
-        build: Callable[[int, list[records.Record]], T],
+        decoding: Callable[[], _Decoding[D]],
+        build: Callable[[int, D], T],
         finished: Callable[[int, T | BaseException], None],
         stop: threading.Event,
     ) -> None:
@@ -231,10 +421,13 @@ class PartitionLoader:
         # Where each partition's read starts: after what the checkpoint covers, or at 0.
         starts = dict.fromkeys(nonces, 0)
         seeded = dict.fromkeys(nonces, 0)
+        decoders = {p: decoding() for p in nonces}
+        ahead: dict[int, Mapping[bytes, tuple[bytes, object]]] = {}
         if self._checkpoint_uri is not None:
-            found = checkpoints.newest(
-                self._checkpoint_uri, self.topic, self._partition_count, list(nonces)
-            )
+            with collector_paused():
+                found = checkpoints.newest(
+                    self._checkpoint_uri, self.topic, self._partition_count, list(nonces)
+                )
             if found is not None:
                 logger.info("loading from compaction checkpoint %s", found.location)
                 for index in nonces:
@@ -251,11 +444,14 @@ class PartitionLoader:
             )
             # The checkpoint's records are decoded while librdkafka fetches the tail (and the
             # markers are written): only the keys the tail rewrites are decoded again.
-            ahead = {p: decode_ahead(survivors[p]) for p in nonces if seeded[p]}
+            with collector_paused():
+                for p in nonces:
+                    if seeded[p]:
+                        ahead[p] = decoders[p].ahead(survivors[p])
             read = 0
             while survivors and not stop.is_set():
                 self._check_markers(consumer, markers, survivors, starts, seeded)
-                batch = consumer.consume(_CONSUME_BATCH, 0.2)
+                batch = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
                 read += len(batch)
                 for message in batch:
                     if message.error() is not None:
@@ -272,7 +468,13 @@ class PartitionLoader:
                             consumer.incremental_unassign([TopicPartition(self.topic, partition)])
                             finished(
                                 partition,
-                                self._build(partition, log, build, ahead.pop(partition, None)),
+                                self._build(
+                                    partition,
+                                    log,
+                                    decoders[partition],
+                                    build,
+                                    ahead.pop(partition, None),
+                                ),
                             )
                             logger.info(
                                 "state partition %d loaded: %d live keys (%d from the "
@@ -341,11 +543,13 @@ class PartitionLoader:
     def _build(
         partition: int,
         log: dict[bytes, bytes | None],
-        build: Callable[[int, list[records.Record]], T],
-        decoded_before: Mapping[bytes, tuple[bytes, records.Record]] | None = None,
+        decoding: _Decoding[D],
+        build: Callable[[int, D], T],
+        decoded_before: Mapping[bytes, tuple[bytes, object]] | None = None,
     ) -> T | BaseException:
         try:
-            return build(partition, decode_survivors(log, partition, decoded_before))
+            with collector_paused():
+                return build(partition, decoding.final(log, partition, decoded_before))
         except Exception as error:
             logger.exception("state partition %d failed to load", partition)
             return error
