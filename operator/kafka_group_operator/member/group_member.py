@@ -88,6 +88,23 @@ REJOIN_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
 )
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 5.0
+# NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS say that a group's coordinator is moving or
+# loading, which ends within seconds (a Lease's expiry and a load): retried at most this far
+# apart (Kafka's default retry.backoff.max.ms, KIP-580), a member reaches the new coordinator
+# within about a second of its serving, where BACKOFF_MAX_S would leave it up to five.
+COORDINATOR_MOVING_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
+    errors.NotCoordinator,
+    errors.CoordinatorLoadInProgress,
+)
+COORDINATOR_MOVING_BACKOFF_MAX_S = 1.0
+
+
+def retry_delay(backoff_s: float, error: errors.CoordinatorError) -> float:
+    """How long to wait before retrying after ``error`` at backoff ``backoff_s``: jittered by
+    20% either way, as Kafka's clients do, and bounded by the error's own maximum."""
+    if isinstance(error, COORDINATOR_MOVING_ERRORS):
+        backoff_s = min(backoff_s, COORDINATOR_MOVING_BACKOFF_MAX_S)
+    return backoff_s * random.uniform(0.8, 1.2)
 
 
 class MemberError(Exception):
@@ -497,7 +514,7 @@ class GroupMember:
                 self._wake.wait(BACKOFF_INITIAL_S)
                 continue
             except RETRY_ERRORS as error:
-                delay = backoff * random.uniform(0.8, 1.2)
+                delay = retry_delay(backoff, error)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 now = time.monotonic()
                 if not self._lose_if_stale(now) and holding:
