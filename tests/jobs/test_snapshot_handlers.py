@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -24,6 +23,7 @@ from kmock._internal import k8s
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.handlers import coordinator_port
 from kafka_group_operator.jobs import compaction, runs
 from kafka_group_operator.jobs import runner as job_runner
 from tests.schemas import spark_operator
@@ -507,16 +507,16 @@ def test_an_uncaught_python_exception_reports_its_line() -> None:
 async def test_the_compaction_is_fenced_by_the_operators_own_coordinator(
     kmock: kube.ApiServer, operator: kube.RunningOperator, broker: Any
 ) -> None:
-    """No group token could ask for every partition: the operator fences in-process and the
-    job reads up to those ends (``--fenced-ends``), which lie past every acknowledged write."""
+    """No group token could ask for every partition: the operator fences through its port
+    (here every partition is its own runtime's) and the job reads up to those ends
+    (``--fenced-ends``), which lie past every acknowledged write."""
     from kafka_group_jobs import arguments, fence
     from kafka_group_jobs import topics as job_topics
 
-    runtime = operator.state.runtime
     state_topic = operator.state.config.state_topic
     count = job_topics.partition_count(broker.bootstrap, state_topic, {})
-    ends = await operator.call(compaction.fence_every_partition(runtime, logging.getLogger()))
-    assert ends is not None
+    port = coordinator_port.port_of(operator.state)
+    ends = await operator.call(compaction.fence_every_partition(port, count))
     assert sorted(ends) == list(range(count))
     due = datetime.datetime(2026, 11, 22, 3, tzinfo=datetime.UTC)
     run = runs.compaction_run(broker.bootstrap, state_topic, "file:///c", due, NS, ends)

@@ -10,19 +10,25 @@ token store: the port's next calls hand it the group's token and mirror again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import datetime
+import logging
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from kafka_group_jobs import topics as job_topics
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import discovery, internal, tokens
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import coordinator_port
+from kafka_group_operator.jobs import compaction
+from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.runtime import coordinator_runtime, mirror
 from kafka_group_records import partitioning
 from tests.runtime import logs
@@ -325,3 +331,182 @@ async def test_wait_for_gives_up_on_errors_that_are_not_retriable() -> None:
     with pytest.raises(errors.GroupIdNotFound):
         await coordinator_port.wait_for(refuse, 5)
     assert calls == 1
+
+
+async def test_a_fence_over_every_partition_asks_each_partitions_coordinator(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """The compaction's fence: a fences its partitions, b its own (reached through the internal
+    API); without b nothing answers for b's partitions, and the call names them."""
+    state_topic = logs.unique_topic()
+    ports = {name: embedded.free_port() for name in SETS}
+    on_a, on_b = _group_on(SETS["a"], "fenced-a-"), _group_on(SETS["b"], "fenced-b-")
+    async with replica(broker.bootstrap, state_topic, "a", ports) as a:
+        port = coordinator_port.RoutingCoordinator(
+            a.local,
+            discovery_url=a.url,
+            internal_token=INTERNAL_TOKEN,
+            advertised_url=a.url,
+            state_partitions=PARTITIONS,
+        )
+        try:
+            async with replica(broker.bootstrap, state_topic, "b", ports) as b:
+                assert not (await a.runtime.commit_offsets(groups.admin_commit(on_a, 4))).errors
+                assert not (await b.runtime.commit_offsets(groups.admin_commit(on_b, 5))).errors
+                before = job_topics.stable_ends(broker.bootstrap, state_topic, range(PARTITIONS))
+                ends = await compaction.fence_every_partition(port, PARTITIONS)
+                assert sorted(ends) == list(range(PARTITIONS))
+                # One marker in each partition, appended by the partition's coordinator past
+                # what it acknowledged; b's were asked of b, not of a's runtime.
+                after = job_topics.stable_ends(broker.bootstrap, state_topic, range(PARTITIONS))
+                assert all(before[p] <= ends[p] < after[p] for p in range(PARTITIONS))
+                for partition in SETS["b"]:
+                    probe = coordinator_port.partition_probe(partition, PARTITIONS)
+                    assert port.owner_url(probe) == b.url
+                # b's partitions alone, asked of b directly, and nothing of a's there.
+                async with aiohttp.ClientSession() as session:
+                    remote = coordinator_port.RemoteCoordinator(b.url, INTERNAL_TOKEN, session)
+                    assert sorted(await remote.read_fence(SETS["b"])) == sorted(SETS["b"])
+                    with pytest.raises(errors.NotCoordinator):
+                        await remote.read_fence((0, 2))
+            # b is gone: its partitions cannot be fenced, and the error names them.
+            with pytest.raises(coordinator_port.PartitionsNotFenced) as refused:
+                await compaction.fence_every_partition(port, PARTITIONS)
+            assert sorted(refused.value.failed) == sorted(SETS["b"])
+            assert refused.value.retriable
+            assert "state partitions [2, 3]" in str(refused.value)
+            await _the_schedule_waits_for_a_fence(port)
+            # A later attempt, once b is back, fences every partition again.
+            async with replica(broker.bootstrap, state_topic, "b", ports):
+                again = await coordinator_port.wait_for(
+                    lambda: compaction.fence_every_partition(port, PARTITIONS), 30
+                )
+                assert all(again[p] > ends[p] for p in range(PARTITIONS))
+        finally:
+            await port.close()
+
+
+async def _the_schedule_waits_for_a_fence(port: coordinator_port.RoutingCoordinator) -> None:
+    """Without a fence the scheduled compaction runs nothing: it tries again while that fits
+    before its next scheduled time, else gives up until then."""
+    settings = compaction.CompactionSchedule("0 3 * * *", "file:///nowhere", "kgo")
+    due = datetime.datetime.now(datetime.UTC)
+    logger = logging.getLogger("compaction-test")
+    kube = kube_client.KubeClient()  # never used: nothing runs
+    operator = compaction.Operator(port, PARTITIONS, kube, {}, "unused:9092", "unused")
+    with _records(logger) as logged:
+        waiting = asyncio.create_task(
+            compaction._compact_due(settings, lambda: operator, logger, due, 0.05)
+        )
+        while sum("waits for a read fence" in line for line in logged) < 3:
+            assert not waiting.done()
+            await asyncio.sleep(0.05)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        assert all("no read fence for state partitions [2, 3]" in line for line in logged)
+    with _records(logger) as logged:
+        # A retry a day later would come after the next scheduled time.
+        await compaction._compact_due(settings, lambda: operator, logger, due, 86_400.0)
+        (line,) = logged
+        assert line.startswith(f"compaction due at {due} not run: no read fence before")
+    await kube.close()
+
+
+class _Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _records(logger: logging.Logger) -> Iterator[list[str]]:
+    """The messages ``logger`` logs meanwhile."""
+    lines: list[str] = []
+    handler = _Lines(lines)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
+async def test_the_internal_read_fence_refuses_hostile_requests(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    state_topic = logs.unique_topic()
+    ports = {name: embedded.free_port() for name in SETS}
+    async with (
+        replica(broker.bootstrap, state_topic, "a", ports) as a,
+        aiohttp.ClientSession() as session,
+    ):
+        path = f"{a.url}{internal.PREFIX}/read-fence"
+        async with session.post(path, json={"partitions": [0]}) as response:
+            assert response.status == 401
+            assert (await response.json())["error"] == errors.GroupAuthorizationFailed.name
+        a.tokens.set("some-group", "group-token")
+        wrong = {"Authorization": "Bearer group-token"}
+        async with session.post(path, json={"partitions": [0]}, headers=wrong) as response:
+            assert response.status == 403
+            assert (await response.json())["error"] == errors.GroupAuthorizationFailed.name
+        auth = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
+        every = range(PARTITIONS)
+        before = job_topics.stable_ends(broker.bootstrap, state_topic, every)
+        hostile: list[object] = [
+            [],
+            "partitions",
+            None,
+            {},
+            {"partitions": []},
+            {"partitions": "0"},
+            {"partitions": [True]},
+            {"partitions": [-1]},
+            {"partitions": [0.5]},
+            {"partitions": ["0"]},
+            {"partitions": [0, 0]},
+            {"partitions": [2**40]},
+            {"partitions": [PARTITIONS]},  # outside the state topic
+            {"partitions": [0], "allPartitions": True},
+            {"partitions": list(range(internal.MAX_FENCE_PARTITIONS + 1))},
+        ]
+        for body in hostile:
+            async with session.post(path, json=body, headers=auth) as response:
+                assert response.status == 400, body
+                assert (await response.json())["error"] == errors.InvalidRequest.name, body
+        for raw in (b"", b"{", b'{"partitions": [0]}garbage', b"\xff\xfe", b"[" * 10_000):
+            async with session.post(path, data=raw, headers=auth) as response:
+                assert response.status == 400, raw[:20]
+                assert (await response.json())["error"] == errors.InvalidRequest.name
+        async with session.get(path, headers=auth) as response:
+            assert response.status == 405
+            assert (await response.json())["error"] == errors.InvalidRequest.name
+        # All or nothing: a partition served elsewhere refuses the whole call, and no marker
+        # is appended to the one served here.
+        async with session.post(path, json={"partitions": [0, 2]}, headers=auth) as response:
+            assert response.status == 503
+            assert (await response.json())["error"] == errors.NotCoordinator.name
+        assert job_topics.stable_ends(broker.bootstrap, state_topic, every) == before
+        # The server still serves.
+        async with session.post(path, json={"partitions": [1, 0]}, headers=auth) as response:
+            assert response.status == 200
+            answer = await response.json()
+        assert answer["fence"] == "coordinator"
+        assert sorted(answer["endOffsets"]) == ["0", "1"]
+        assert all(answer["endOffsets"][str(p)] >= before[p] for p in (0, 1))
+
+
+def test_fence_codecs() -> None:
+    assert internal.decode_fence_request(internal.encode_fence_request({3, 1})) == (1, 3)
+    answer = {"fence": "coordinator", "endOffsets": {"1": 7, "3": 0}}
+    assert internal.decode_fence_response(answer, (1, 3)) == {1: 7, 3: 0}
+    # An answer that does not cover what was asked, or is malformed, is no fence.
+    with pytest.raises(errors.CoordinatorError):
+        internal.decode_fence_response(answer, (1,))
+    for bad in ({"endOffsets": {"x": 1}}, {"endOffsets": {"1": -1}}, {"endOffsets": []}, []):
+        with pytest.raises(errors.InvalidRequest):
+            internal.decode_fence_response(bad, (1,))
+    probes = [coordinator_port.partition_probe(p, 50) for p in range(50)]
+    assert [partitioning.partition_for(probe, 50) for probe in probes] == list(range(50))

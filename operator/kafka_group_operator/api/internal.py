@@ -15,6 +15,13 @@ offset mirror) also check that the group's partition is served here (a token or 
 given is kept, one taken away is dropped, either way), so that the caller learns who the
 coordinator is and goes on there.
 
+One call is not a group's: ``POST /internal/v1/read-fence`` with ``{"partitions": [...]}``
+fences state partitions served here (a load marker appended to each, as a job's read fence;
+``wire.encode_read_fence``'s answer). It is all or nothing: one partition not served here
+fails the whole call with the error saying why (``NOT_COORDINATOR`` for one served
+elsewhere), and no marker is appended. The control plane asks each partition's coordinator
+for its own, for a compaction over every partition (``jobs.compaction``).
+
 Bodies are JSON, camelCase, validated as strictly as the member API's (``wire``): a malformed
 one is a 400 ``INVALID_REQUEST`` naming the field. A mirror target travels without Kafka
 client settings: those are the operator's own, the same on every replica, so each replica
@@ -26,7 +33,7 @@ from __future__ import annotations
 import decimal
 import hmac
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,11 +90,21 @@ class GroupCalls(Protocol):
     async def release_group(self, request: messages.ReleaseGroupRequest) -> bool: ...
 
 
+class PartitionFences(Protocol):
+    """A read fence over chosen state partitions (``CoordinatorRuntime.read_fence_partitions``,
+    or each partition's coordinator through the internal API): the exclusive end a reader must
+    cover in each, past every write its coordinator acknowledged before the call."""
+
+    async def read_fence(self, partitions: Collection[int]) -> dict[int, int]: ...
+
+
 class GroupAdmin(GroupCalls, Protocol):
     """What the control plane needs from a coordinator runtime (``CoordinatorRuntime``)."""
 
     @property
     def mirror(self) -> MirrorControl: ...
+
+    async def read_fence_partitions(self, partitions: Collection[int]) -> dict[int, int]: ...
 
 
 class MutableTokens(tokens.TokenStore, Protocol):
@@ -145,6 +162,9 @@ class InProcessCoordinator:
 
     async def release_group(self, request: messages.ReleaseGroupRequest) -> bool:
         return await self.runtime.release_group(request)
+
+    async def read_fence(self, partitions: Collection[int]) -> dict[int, int]:
+        return await self.runtime.read_fence_partitions(partitions)
 
     async def configure_mirror(self, group_id: str, target: mirror.MirrorTarget | None) -> None:
         await self.serves(group_id)
@@ -411,6 +431,46 @@ def decode_owner(value: object, name: str = "owner") -> messages.GroupOwner | No
     )
 
 
+# A state topic has far fewer partitions (Kafka's __consumer_offsets has 50).
+MAX_FENCE_PARTITIONS = 10_000
+
+
+def encode_fence_request(partitions: Collection[int]) -> Json:
+    return {"partitions": sorted(set(partitions))}
+
+
+def decode_fence_request(value: object) -> tuple[int, ...]:
+    """``{"partitions": [0, 3]}``: a non-empty array of distinct partition numbers (whether
+    each is one of the topic's is the runtime's to say)."""
+    body = _object(value, "body")
+    unknown = sorted(set(body) - {"partitions"})
+    if unknown:
+        shown = ", ".join(ascii(name)[1:-1][:64] for name in unknown[:5])
+        raise errors.InvalidRequest(f"unknown field(s): {shown}")
+    raw = body.get("partitions")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_FENCE_PARTITIONS:
+        raise _fail("partitions", f"an array of 1 to {MAX_FENCE_PARTITIONS} partition numbers")
+    partitions = tuple(_integer(item, "partitions[]", 0, 2**31 - 1) for item in raw)
+    if len(set(partitions)) != len(partitions):
+        raise _fail("partitions", "distinct partition numbers")
+    return partitions
+
+
+def decode_fence_response(value: object, asked: Collection[int]) -> dict[int, int]:
+    """The inverse of ``wire.encode_read_fence``, checked to cover exactly ``asked``."""
+    raw = _object(value, "body").get("endOffsets")
+    ends: dict[int, int] = {}
+    for key, end in _object(raw, "endOffsets").items():
+        if not isinstance(key, str) or not (key.isascii() and key.isdigit()):
+            raise _fail("endOffsets", "partition numbers as keys")
+        ends[int(key)] = _integer(end, f"endOffsets.{key}", 0)
+    if set(ends) != set(asked):
+        raise errors.CoordinatorError(
+            f"a read fence of partitions {sorted(set(asked))} answered for {sorted(ends)}"
+        )
+    return ends
+
+
 def encode_mirror_target(target: mirror.MirrorTarget) -> Json:
     return {
         "bootstrapServers": target.bootstrap_servers,
@@ -602,6 +662,11 @@ async def _delete_token(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
+async def _read_fence(request: web.Request) -> web.Response:
+    partitions = decode_fence_request(await _body(request))
+    return web.json_response(wire.encode_read_fence(await _local(request).read_fence(partitions)))
+
+
 def add_routes(app: web.Application, local: InProcessCoordinator, internal_token: str) -> None:
     """Serve the internal API on ``app`` (``GET .../coordinator`` is added by ``app``)."""
     if not internal_token:
@@ -626,3 +691,4 @@ def add_routes(app: web.Application, local: InProcessCoordinator, internal_token
     router.add_post(f"{group}/mirror/flush", _flush_mirror)
     router.add_put(f"{group}/token", _put_token)
     router.add_delete(f"{group}/token", _delete_token)
+    router.add_post(f"{PREFIX}/read-fence", _read_fence)

@@ -14,6 +14,13 @@ every call the handlers make on a group; three implementations:
   ``NOT_COORDINATOR`` or a connection failure. A coordinator that cannot be found is
   ``COORDINATOR_NOT_AVAILABLE``, which the handlers retry like any coordinator error.
 
+A read fence over state partitions (the scheduled compaction's, over every partition) is
+not a group's call: each partition is fenced by its own coordinator, found as a group of that
+partition is (``partition_probe`` names one), all asked at once. A partition whose
+coordinator cannot be found or does not answer fails the call with ``PartitionsNotFenced``,
+naming each such partition and why, and the caller tries again later; the partitions that
+were fenced only got a marker, which changes no state.
+
 A group's token and its offset mirror live in the memory of the replica that coordinates it,
 not in the state topic. So the router remembers the last token and mirror target it was given
 for each group and hands them again to the first coordinator it reaches the group on after a
@@ -25,8 +32,9 @@ status daemon's (every ``statusIntervalSeconds``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -35,6 +43,7 @@ import aiohttp
 from kafka_group_operator.api import internal, wire
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.runtime import mirror
+from kafka_group_records import partitioning
 
 if TYPE_CHECKING:
     from kafka_group_operator.handlers import lifecycle
@@ -47,9 +56,10 @@ MAX_HOPS = 3
 REQUEST_TIMEOUT_SECONDS = 30.0
 
 
-class CoordinatorPort(internal.GroupCalls, Protocol):
-    """Every call the control plane makes on a group's coordinator: the group calls, and its
-    offset mirror and token, which live in the coordinator's memory."""
+class CoordinatorPort(internal.GroupCalls, internal.PartitionFences, Protocol):
+    """Every call the control plane makes on a group's coordinator: the group calls, its
+    offset mirror and token, which live in the coordinator's memory, and read fences over
+    state partitions."""
 
     async def configure_mirror(self, group_id: str, target: mirror.MirrorTarget | None) -> None: ...
 
@@ -72,6 +82,31 @@ class CoordinatorMoved(errors.NotCoordinator):
         self.url = url
 
 
+class PartitionsNotFenced(errors.CoordinatorNotAvailable):
+    """Some state partitions could not be fenced (``failed``: partition -> why); retriable."""
+
+    def __init__(self, failed: dict[int, errors.CoordinatorError]) -> None:
+        reasons = "; ".join(
+            f"{partition}: {error.name}: {error}" for partition, error in sorted(failed.items())
+        )
+        super().__init__(
+            f"no read fence for state partitions {sorted(failed)} (retry later): {reasons}"
+        )
+        self.failed = failed
+
+
+@functools.cache
+def partition_probe(partition: int, partitions: int) -> str:
+    """A group id on state partition ``partition`` of ``partitions``: who coordinates it
+    coordinates the partition (the directories answer for groups)."""
+    if not 0 <= partition < partitions:
+        raise ValueError(f"state partition {partition} is outside 0-{partitions - 1}")
+    index = 0
+    while partitioning.partition_for(f"kgo-partition-{partition}.{index}", partitions) != partition:
+        index += 1
+    return f"kgo-partition-{partition}.{index}"
+
+
 def _quoted(group_id: str) -> str:
     return urllib.parse.quote(group_id, safe="")
 
@@ -85,7 +120,10 @@ class RemoteCoordinator:
     session: aiohttp.ClientSession
 
     async def _request(self, method: str, group_id: str, path: str = "", body: Any = None) -> Any:
-        target = f"{self.url}{internal.PREFIX}/groups/{_quoted(group_id)}{path}"
+        return await self._send(method, f"/groups/{_quoted(group_id)}{path}", body)
+
+    async def _send(self, method: str, path: str, body: Any = None) -> Any:
+        target = f"{self.url}{internal.PREFIX}{path}"
         headers = {"Authorization": f"Bearer {self.internal_token}"}
         try:
             async with self.session.request(
@@ -215,6 +253,10 @@ class RemoteCoordinator:
         )
         return answer.get("released") is True
 
+    async def read_fence(self, partitions: Collection[int]) -> dict[int, int]:
+        answer = await self._send("POST", "/read-fence", internal.encode_fence_request(partitions))
+        return internal.decode_fence_response(answer, partitions)
+
     async def configure_mirror(self, group_id: str, target: mirror.MirrorTarget | None) -> None:
         if target is None:
             await self.remove_mirror(group_id)
@@ -258,12 +300,14 @@ class RoutingCoordinator:
     Without ``discovery_url`` (a single replica, or no internal token) every call is local,
     and a group served elsewhere fails with ``NOT_COORDINATOR`` as the runtime says.
     ``advertised_url`` is this replica's own address: a hint naming it means the local runtime.
+    ``state_partitions`` is the state topic's partition count (for ``read_fence``).
     """
 
     local: internal.InProcessCoordinator
     discovery_url: str | None = None
     internal_token: str | None = None
     advertised_url: str | None = None
+    state_partitions: int | None = None
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
     _owners: dict[str, str] = field(default_factory=dict, init=False)
     _desired: dict[str, _Desired] = field(default_factory=dict, init=False)
@@ -380,6 +424,45 @@ class RoutingCoordinator:
     async def release_group(self, request: messages.ReleaseGroupRequest) -> bool:
         return await self._route(request.group_id, lambda port: port.release_group(request))
 
+    async def read_fence(self, partitions: Collection[int]) -> dict[int, int]:
+        """Each partition fenced by its coordinator (module docstring); ``PartitionsNotFenced``
+        when any could not be."""
+        wanted = sorted(set(partitions))
+        count = self.state_partitions
+        if count is None:
+            raise errors.CoordinatorNotAvailable("the state topic's partition count is not known")
+        if not wanted or not all(0 <= partition < count for partition in wanted):
+            raise errors.InvalidRequest(f"a read fence needs state partitions in 0-{count - 1}")
+        outcomes = await asyncio.gather(
+            *(self._fence_one(partition, count) for partition in wanted), return_exceptions=True
+        )
+        ends: dict[int, int] = {}
+        failed: dict[int, errors.CoordinatorError] = {}
+        for partition, outcome in zip(wanted, outcomes, strict=True):
+            if isinstance(outcome, errors.CoordinatorError):
+                failed[partition] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                ends[partition] = outcome
+        if failed:
+            raise PartitionsNotFenced(failed)
+        return ends
+
+    async def _fence_one(self, partition: int, count: int) -> int:
+        probe = partition_probe(partition, count)
+        try:
+            fenced = await self._route(
+                probe, lambda port: port.read_fence((partition,)), replay=False
+            )
+        except errors.NotCoordinator:
+            # A coordinator remembered from an earlier fence that no longer is one: find the
+            # partition's coordinator anew, once.
+            fenced = await self._route(
+                probe, lambda port: port.read_fence((partition,)), replay=False
+            )
+        return fenced[partition]
+
     async def configure_mirror(self, group_id: str, target: mirror.MirrorTarget | None) -> None:
         if target is None:
             await self.remove_mirror(group_id)
@@ -435,6 +518,7 @@ def port_of(state: lifecycle.OperatorState) -> RoutingCoordinator:
             advertised_url=(
                 leases.peer_url.format(identity=leases.pod_name) if leases is not None else None
             ),
+            state_partitions=config.state_partitions,
         )
     return state.coordinators
 

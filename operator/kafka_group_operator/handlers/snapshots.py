@@ -9,10 +9,15 @@ the state-topic compaction. Thin glue: each handler reads its resource, calls on
   OffsetSnapshots on the cron schedule and prunes the oldest beyond ``historyLimit``.
 * **ConsumerGroup.spec.offsetReset** (``jobs.online_reset``, the ``jobs.reset_machine``
   table): a timer feeds the machine one event per tick and carries out its actions (pause,
-  plan with the restore job, write the plan through the embedded coordinator as one
+  plan with the restore job, write the plan through the group's coordinator as one
   administrative commit, resume). The audit lands in ``status.lastReset``. Assignment stays
   paused while the ResetInProgress condition is True (``consumer_groups.reconcile`` honours it).
-* **Compaction** of the state topic on the chart's schedule (``jobs.compaction``).
+* **Compaction** of the state topic on the chart's schedule (``jobs.compaction``), fenced
+  partition by partition by each one's coordinator.
+
+Every call on a group or a state partition goes through the control plane's port
+(``coordinator_port.port_of``), as the ConsumerGroup handlers' do: the group's coordinator
+may be this replica's runtime or another replica's, reached through the internal API.
 
 ``spark.mode`` chooses how every one of these jobs runs (``jobs.runner``).
 """
@@ -29,7 +34,13 @@ from typing import Any
 import kopf
 
 from kafka_group_operator.coordinator import errors as coordinator_errors
-from kafka_group_operator.handlers import consumer_groups, kafka_probe, lifecycle, ownership
+from kafka_group_operator.handlers import (
+    consumer_groups,
+    coordinator_port,
+    kafka_probe,
+    lifecycle,
+    ownership,
+)
 from kafka_group_operator.jobs import compaction, offset_snapshots, online_reset, runs
 from kafka_group_operator.jobs import runner as job_runner
 from kafka_group_operator.kube import client as kube_client
@@ -74,7 +85,9 @@ def snapshot_world(memo: Any) -> offset_snapshots.SnapshotWorld:
                 f"ConsumerGroup {name!r} (consumerGroupRef) does not exist"
             )
         group = consumer_groups.parse(body)
-        owner = await ownership.other_owner(state.runtime, group.group_id, body["metadata"])
+        owner = await ownership.other_owner(
+            coordinator_port.port_of(state), group.group_id, body["metadata"]
+        )
         if owner is not None:
             # A second claimant of another resource's group id must not read its offsets.
             raise offset_snapshots.GroupNotFound(
@@ -154,8 +167,10 @@ def reset_world(
     group: specs.ConsumerGroupSpec,
     memo: Any,
 ) -> online_reset.ResetWorld:
+    coordinator = coordinator_port.port_of(state)
+
     async def set_paused(paused: bool) -> None:
-        await state.runtime.configure_group(
+        await coordinator.configure_group(
             group_settings.build_group_settings(
                 consumer_groups.parse(body), paused_for_reset=paused
             )
@@ -169,7 +184,7 @@ def reset_world(
         )
 
     return online_reset.ResetWorld(
-        runtime=state.runtime,
+        coordinator=coordinator,
         kube=state.kube,
         memo=memo,
         set_paused=set_paused,
@@ -205,7 +220,7 @@ async def drive_offset_reset(
     if not offset_jobs.reset_pending(offset_reset, current_status.get("lastReset")):
         return
     group = consumer_groups.parse(body)
-    if not await ownership.owns(state.runtime, group.group_id, meta):
+    if not await ownership.owns(coordinator_port.port_of(state), group.group_id, meta):
         return  # a second claimant of the group id (GroupIdConflict) resets nobody's offsets
     world = reset_world(state, body, group, memo)
     update = await online_reset.tick(world, body, group, offset_reset, current_status)
@@ -230,7 +245,12 @@ def _running_operator(memo: Any) -> compaction.Operator | None:
     if not isinstance(state, lifecycle.OperatorState):
         return None
     return compaction.Operator(
-        state.runtime, state.kube, memo, state.config.bootstrap_servers, state.config.state_topic
+        fences=coordinator_port.port_of(state),
+        partitions=state.config.state_partitions,
+        kube=state.kube,
+        memo=memo,
+        bootstrap=state.config.bootstrap_servers,
+        state_topic=state.config.state_topic,
     )
 
 

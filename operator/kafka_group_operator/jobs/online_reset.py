@@ -3,15 +3,18 @@
 
 The handler (``handlers.snapshots.drive_offset_reset``) decides whether a reset is pending and
 whose it is, then calls ``tick`` with a ``ResetWorld``: the few ports a reset touches (the
-coordinator runtime, the API server, the group's Kafka cluster, pausing the group), passed in
-so that this module needs no kopf and no handler. The machine's transition is taken whole or
-not at all: when an action fails, ``tick`` feeds ``Event.ERROR`` from the state the tick began
-in, which resumes the group and records why.
+group's coordinator, the API server, the group's Kafka cluster, pausing the group), passed in
+so that this module needs no kopf and no handler. The coordinator is the control plane's port
+(``handlers.coordinator_port``): the local runtime, or the internal API of the replica whose
+Lease holds the group's state partition; the reset never assumes which. The machine's
+transition is taken whole or not at all: when an action fails, ``tick`` feeds
+``Event.ERROR`` from the state the tick began in, which resumes the group and records why.
 
 The plan comes from the restore job, which only plans (``--dry-run``). It reads the group's
 state partition up to the coordinator's read fence (``--coordinator-url``, the group's token in
 its environment), so the plan's old offsets are every commit acknowledged before the pause.
-The coordinator applies the plan as one administrative commit.
+The group's coordinator applies the plan as one administrative commit (an offset commit
+without a member, ``LEAVE_EPOCH``), acknowledged once it is in the state topic.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kafka_group_operator.api import internal
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.jobs import reset_machine, runs
@@ -28,7 +32,6 @@ from kafka_group_operator.jobs.reset_machine import Action, Event, State
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import errors as kube_errors
 from kafka_group_operator.manifests import conditions, offset_jobs
-from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors as spec_errors
 from kafka_group_operator.specs import offset_jobs as spec_views
@@ -51,7 +54,7 @@ FAILURES = (
 class ResetWorld:
     """What a reset tick may touch, besides the resource it was given."""
 
-    runtime: coordinator_runtime.CoordinatorRuntime
+    coordinator: internal.GroupCalls  # the group's, wherever it runs
     kube: kube_client.KubeClient
     memo: Any  # where the local runner lives
     set_paused: Callable[[bool], Awaitable[None]]
@@ -142,7 +145,7 @@ async def observe(tick: Tick, state: State) -> Observed:
         return Observed(Event.SCOPE_ACCEPTED)
     if state is State.PAUSING:
         try:
-            description = await tick.world.runtime.describe_group(tick.group.group_id)
+            description = await tick.world.coordinator.describe_group(tick.group.group_id)
         except coordinator_errors.GroupIdNotFound:
             description = None
         if description is not None and not released(description):
@@ -210,7 +213,7 @@ async def apply_plan(tick: Tick, audit: Mapping[str, Any]) -> None:
     planned = offset_jobs.commits_of(audit)
     if not planned:
         return
-    response = await tick.world.runtime.commit_offsets(
+    response = await tick.world.coordinator.commit_offsets(
         messages.OffsetCommitRequest(
             group_id=tick.group.group_id,
             member_id="",

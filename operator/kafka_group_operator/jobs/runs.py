@@ -8,7 +8,8 @@ result document, so either runner hands the same result back.
 The snapshot and the restore plan read their group's state partition up to the coordinator's
 read fence: they get ``--coordinator-url`` and the group's token (``group_token``: by value
 for a local run's environment, by Secret for a SparkApplication). The compaction reads every
-partition; the operator takes its fence in-process and passes the ends (``--fenced-ends``).
+partition; the operator takes its fence from each partition's coordinator and passes the ends
+(``--fenced-ends``).
 """
 
 from __future__ import annotations

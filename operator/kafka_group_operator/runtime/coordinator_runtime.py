@@ -71,7 +71,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -676,6 +676,22 @@ class CoordinatorRuntime:
             indexes = list(range(len(self._partitions)))
         else:
             indexes = [self._active_shard_index(group_id)]
+        offsets = await asyncio.gather(*(self._append_marker(index) for index in indexes))
+        return dict(zip(indexes, offsets, strict=True))
+
+    async def read_fence_partitions(self, partitions: Collection[int]) -> dict[int, int]:
+        """``read_fence`` over the state partitions ``partitions``: each must be served here
+        (else the retriable error saying why, and no marker is appended); ``InvalidRequest``
+        for a partition outside the topic or an empty set."""
+        if self._stopped or not self._partitions:
+            raise errors.CoordinatorNotAvailable("the coordinator is not running")
+        indexes = sorted(set(partitions))
+        if not indexes or not all(0 <= index < len(self._partitions) for index in indexes):
+            raise errors.InvalidRequest(
+                f"a read fence needs state partitions in 0-{len(self._partitions) - 1}"
+            )
+        for index in indexes:
+            self._require_active(index)
         offsets = await asyncio.gather(*(self._append_marker(index) for index in indexes))
         return dict(zip(indexes, offsets, strict=True))
 
