@@ -157,13 +157,10 @@ def read_state(
     partitions: list[int] | None = None,
     starts: dict[int, int] | None = None,
     fenced: fence.ReadFence | None = None,
-    newest_per_key: bool = False,
 ) -> tuple[DataFrame, fence.ReadFence, list[source.OffsetRange]]:
     """The state topic up to a read fence (``fenced``, taken before Spark started; else the
     last stable offsets of ``partitions``, all by default), the fence, and the offset ranges
-    the frame's reading tasks cover (in task order, for ``progress``). ``newest_per_key``: the
-    reading tasks hand over only the newest record of each key in their ranges
-    (``source.read``).
+    the frame's reading tasks cover (in task order, for ``progress``).
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
@@ -180,8 +177,7 @@ def read_state(
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
     ranges = source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
-    frame = source.read(spark, bootstrap, topic, ranges, config, newest_per_key)
-    return frame, fenced, ranges
+    return source.read(spark, bootstrap, topic, ranges, config), fenced, ranges
 
 
 def take_fence(

@@ -48,7 +48,7 @@ def compact(
 
     config = config or {}
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, fenced=fenced, newest_per_key=True
+        spark, bootstrap, state_topic, config, fenced=fenced
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
     latest = transforms.latest_per_key(state.select(*transforms.COMPACTION_COLUMNS))

@@ -106,13 +106,7 @@ def plan(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark,
-        bootstrap,
-        state_topic,
-        config,
-        [state_partition],
-        fenced=fenced,
-        newest_per_key=True,
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
     with progress.watching(spark, f"reading {state_topic}", ranges, len(fenced.end_offsets)):

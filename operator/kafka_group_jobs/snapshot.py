@@ -65,15 +65,8 @@ def take(
     state_partition = partitioning.partition_for(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
-    # A snapshot of now needs each key's newest commit only; one as of a past time, history.
     state, fenced, ranges = arguments.read_state(
-        spark,
-        bootstrap,
-        state_topic,
-        config,
-        [state_partition],
-        fenced=fenced,
-        newest_per_key=as_of_ms is None,
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
     )
     ends = fenced.end_offsets
     # Materialized once: the state topic is read exactly once, whatever follows.

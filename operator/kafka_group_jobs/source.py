@@ -6,13 +6,6 @@ or a slice of a long one: ``split_ranges``), mapped by ``mapInArrow`` through a
 codec and hands Arrow record batches over, so rows cross from Python to the JVM in columns
 rather than one by one.
 
-A job that needs only the newest record of each key (the current state: compaction, a
-snapshot taken now, a restore's committed offsets) reads with ``newest_per_key``: each task
-keeps the newest row of every key in its range and hands over only those, as Spark's own
-partial aggregation would, but before the rows cross to the JVM. The job's transforms still
-pick the newest across ranges (a key's records may lie in several). A snapshot ``asOf`` a past
-time needs older records, and reads every row.
-
 Not a Spark Python data source: one of those costs a job three more Python workers before its
 first record (looking data sources up, creating the source, planning its partitions), each
 started one after the other, where ``mapInArrow`` starts only the one that reads. The bounds
@@ -31,7 +24,6 @@ if TYPE_CHECKING:  # this module is imported by every reading task: no pyspark t
     from pyspark.sql import DataFrame, SparkSession
 
 ARROW_BATCH_ROWS = 50_000
-KEY = columns.STATE_RECORD_COLUMNS.index("key")
 
 
 @dataclass(frozen=True)
@@ -61,16 +53,14 @@ def read(
     topic: str,
     ranges: list[OffsetRange],
     kafka_config: Mapping[str, str] | None = None,
-    newest_per_key: bool = False,
 ) -> DataFrame:
-    """The records of ``ranges``, one Spark task per range (task ``i`` reads ``ranges[i]``);
-    with ``newest_per_key``, only the newest of each key within each range.
+    """The records of ``ranges``, one Spark task per range (task ``i`` reads ``ranges[i]``).
 
     Nothing is read until an action runs; every action reads the same ranges.
     """
     # Spark needs at least one partition, even for an empty topic.
     tasks = ranges or [OffsetRange(0, 0, 0)]
-    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks), newest_per_key)
+    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks))
     indexes = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
     return indexes.mapInArrow(reader, columns.STATE_RECORD_DDL)
 
@@ -83,7 +73,6 @@ class RangeReader:
     topic: str
     kafka_config: dict[str, str]
     ranges: tuple[OffsetRange, ...]
-    newest_per_key: bool = False
 
     def __call__(self, indexes: Iterator[Any]) -> Iterator[Any]:
         for batch in indexes:
@@ -105,32 +94,25 @@ class RangeReader:
         decode = decoding.decode_row
         partition = offsets.partition
         rows: list[columns.Row] = []
-        # key -> its newest row so far (offsets only grow within a range).
-        newest: dict[bytes, columns.Row] | None = {} if self.newest_per_key else None
         try:
             for batch in topics.read_range(
                 consumer, self.topic, partition, offsets.start, offsets.end
             ):
                 for message in batch:
-                    row = decode(
-                        partition,
-                        message.offset(),
-                        message.timestamp()[1],
-                        message.key(),
-                        message.value(),
+                    rows.append(
+                        decode(
+                            partition,
+                            message.offset(),
+                            message.timestamp()[1],
+                            message.key(),
+                            message.value(),
+                        )
                     )
-                    if newest is None:
-                        rows.append(row)
-                    else:
-                        newest[row[KEY]] = row
                 if len(rows) >= ARROW_BATCH_ROWS:
                     yield to_batch(pa, schema, rows)
                     rows = []
-            if newest is not None:
-                rows = list(newest.values())
-                newest = None
-            for start in range(0, len(rows), ARROW_BATCH_ROWS):
-                yield to_batch(pa, schema, rows[start : start + ARROW_BATCH_ROWS])
+            if rows:
+                yield to_batch(pa, schema, rows)
         finally:
             consumer.close()
 

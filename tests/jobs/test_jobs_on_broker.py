@@ -551,46 +551,6 @@ def test_the_reader_runs_one_task_per_offset_range(spark: SparkSession) -> None:
     assert source.read(spark, "127.0.0.1:1", "state", []).rdd.getNumPartitions() == 1
 
 
-def test_a_reader_of_newest_per_key_hands_over_each_ranges_newest_rows_only(
-    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str]
-) -> None:
-    """Superseded commits stay in the reading task; a tombstone is a key's newest word; the
-    newest record of every key across ranges is the same either way."""
-    from kafka_group_jobs import transforms
-
-    bootstrap, state_topic, group = broker.bootstrap, names["state"], names["group"]
-    create_topics(bootstrap, (state_topic, STATE_PARTITIONS))
-    entries: list[tuple[records.Record, int]] = []
-    for round_ in range(4):
-        entries += commits(group, "orders", {0: round_, 1: 10 + round_, 2: 20 + round_}, T0)
-    entries.append((records.Record(records.OffsetCommitKey(group, "orders", 2), None), T0))
-    append(bootstrap, state_topic, entries)
-    partition = partitioning.partition_for(group, STATE_PARTITIONS)
-    end = topics.stable_ends(bootstrap, state_topic, [partition])[partition]
-    assert end == len(entries) == 13
-    ranges = source.split_ranges({}, {partition: end}, 5)  # offsets 0-4, 5-9, 10-12
-
-    every = source.read(spark, bootstrap, state_topic, ranges).collect()
-    newest = source.read(spark, bootstrap, state_topic, ranges, newest_per_key=True).collect()
-    assert len(every) == 13
-    expected: dict[tuple[int, bytes], Any] = {}
-    for row in every:
-        index = next(i for i, r in enumerate(ranges) if r.start <= row.offset < r.end)
-        expected[(index, row.key)] = row  # rows come in offset order within a range
-    assert sorted(newest, key=lambda row: row.offset) == sorted(
-        expected.values(), key=lambda row: row.offset
-    )
-    assert len(newest) == 3 + 3 + 2  # the last range: partitions 1 and 2 (a tombstone)
-    assert [row.value for row in newest if row.offset == 12] == [None]
-
-    def latest(rows: Any) -> list[Any]:
-        frame = spark.createDataFrame(rows, columns.STATE_RECORD_DDL)
-        return sorted(transforms.latest_per_key(frame).collect(), key=lambda row: row.offset)
-
-    assert latest(newest) == latest(every)
-    assert [row.committed_offset for row in latest(every)] == [3, 13, None]
-
-
 def test_a_spark_failure_is_one_line_with_exit_code_1(
     spark: SparkSession,
     broker: embedded.EmbeddedBroker,
