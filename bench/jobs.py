@@ -33,6 +33,7 @@ checkpoint keeps them, as the log does). Then, on the same topic:
 
 ``--loader-only`` runs just the last part at the largest size: fill, the compaction job (cold),
 both loads; it replaces the ``loader`` figures of the largest run in the existing results.
+``--no-loader`` leaves the loader part out (``--loader-only`` adds it later).
 ``--first-record-only`` runs only the class archive and time-to-first-record parts and
 replaces them.
 
@@ -615,7 +616,8 @@ def main(argv: list[str]) -> int:
         archive = record_class_archive(broker.bootstrap, "bench-jobs-first-record", Path(work))
         figures = first_record(broker.bootstrap, "bench-jobs-first-record")
         for size in sizes:
-            runs.append(measure(broker.bootstrap, size, Path(work), size == sizes[-1]))
+            with_loader = size == sizes[-1] and "--no-loader" not in argv
+            runs.append(measure(broker.bootstrap, size, Path(work), with_loader))
         if "--no-warm" not in argv:
             warm = measure_warm(broker.bootstrap, sizes, Path(work))
         print(f"bench jobs: {time.perf_counter() - started:.0f} s", flush=True)
