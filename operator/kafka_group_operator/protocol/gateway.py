@@ -26,7 +26,10 @@ coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinato
 peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions``
 (those three capped at the versions kio reads; on the coordinator port, the group APIs'
 versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
-replies are read and written with kio's types.
+replies are read and written with kio's types. On a broker port, the bytes go from one
+socket's transport to the other's as they arrive; only the rewritten replies (and their
+requests) are gathered whole, and a side that reads slower than the other sends stops the
+other being read (the transports' flow control) rather than the gateway buffering for it.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
 properties (``upstream_security``); the client talks plaintext to loopback. A connection
@@ -43,7 +46,8 @@ import dataclasses
 import logging
 import ssl
 import struct
-from collections.abc import Mapping
+import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +85,8 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 # Requests of one client connection on the coordinator port awaiting their replies.
 MAX_IN_FLIGHT = 64
-# Stream buffers: a Fetch reply of several MB is read without pausing the socket each MB.
+# Stream buffers (the coordinator ports, the gateway's own requests): a large reply is read
+# without pausing the socket each MB.
 STREAM_LIMIT = 8 * 1024 * 1024
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -387,7 +392,7 @@ class Gateway:
 
     # -- connections ------------------------------------------------------------------
 
-    async def _serve(self, name: str, serve: Any, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, name: str, serve: Any, close: Callable[[], Awaitable[None]]) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -395,7 +400,7 @@ class Gateway:
             await serve
         except (framing.FrameError, UpstreamError) as error:
             logger.info("closing a client connection on the %s: %s", name, error)
-        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+        except (OSError, ssl.SSLError, asyncio.IncompleteReadError):
             pass  # a peer went away
         except asyncio.CancelledError:
             pass  # stop()
@@ -403,58 +408,43 @@ class Gateway:
             logger.exception("closing a client connection on the %s after an internal error", name)
         finally:
             self._connections.discard(task)
-            await _close(writer)
+            await close()
 
-    async def _serve_broker_port(
-        self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        await self._serve(f"port of broker {node_id}", self._pipe(node_id, reader, writer), writer)
+    def _broker_port_connection(self, node_id: int) -> asyncio.Protocol:
+        """The protocol of a client's connection to the port of broker ``node_id``."""
 
-    async def _pipe(
-        self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """One upstream: requests and replies pass in order; only the replies whose
-        correlation id is in ``pending`` are decoded (and rewritten)."""
+        def start(connection: _BrokerConnection) -> asyncio.Future[None]:
+            async def close() -> None:
+                connection.close()
+
+            name = f"port of broker {node_id}"
+            return asyncio.ensure_future(self._serve(name, self._pipe(node_id, connection), close))
+
+        return _BrokerConnection(self.config, start).client
+
+    async def _pipe(self, node_id: int, connection: _BrokerConnection) -> None:
+        """One upstream: requests and replies pass in order, from one transport to the other
+        as they arrive; only the replies whose correlation id is in ``connection.pending``
+        are read whole, decoded and rewritten."""
         up_reader, up_writer = await connect(
             self._brokers[node_id].address, self.config.brokers_security
         )
-        pending: dict[int, _Pending] = {}
+        # From here the broker's transport feeds ``connection.upstream``. Nothing is left in
+        # ``up_reader``: a broker sends nothing unasked, and the handshakes were answered.
+        if up_reader.at_eof():
+            up_writer.close()
+            return  # the broker closed it already: the client's connection ends likewise
 
-        async def requests() -> None:
-            while (start := await _frame_start(reader, self.config.max_request_bytes)) is not None:
-                size, head = start
-                header = framing.peek_request_header(head[4:])
-                if header.api_key in (API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
-                    payload = head[4:] + await _rest(reader, size - len(head) + 4)
-                    pending[header.correlation_id] = self._entry(header, payload)
-                    _write_frame(up_writer, payload)
-                else:
-                    await _cut_through(reader, up_writer, head, size)
-                await up_writer.drain()
+        async def rewrite(payload: bytes, entry: _Pending) -> bytes:
+            return await self._rewrite(payload, entry, coordinator_port=False)
 
-        async def replies() -> None:
-            limit = self.config.max_response_bytes
-            while (start := await _frame_start(up_reader, limit, _CORRELATION.size)) is not None:
-                size, head = start
-                entry = pending.pop(_correlation(head[4:]), None)
-                if entry is None:
-                    await _cut_through(up_reader, writer, head, size)
-                else:
-                    payload = head[4:] + await _rest(up_reader, size - len(head) + 4)
-                    payload = await self._rewrite(payload, entry, coordinator_port=False)
-                    _write_frame(writer, payload)
-                await writer.drain()
-
-        try:
-            await _first_to_end(requests(), replies())
-        finally:
-            await _close(up_writer)
+        await connection.run(up_writer.transport, self._entry, rewrite)
 
     async def _serve_coordinator_port(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         route = self._route(reader, writer, self.config.coordinator)
-        await self._serve("coordinator port", route, writer)
+        await self._serve("coordinator port", route, lambda: _close(writer))
 
     async def _serve_peer_port(
         self,
@@ -463,7 +453,8 @@ class Gateway:
         writer: asyncio.StreamWriter,
     ) -> None:
         route = self._route(reader, writer, address)
-        await self._serve(f"port of coordinator {address[0]}:{address[1]}", route, writer)
+        name = f"port of coordinator {address[0]}:{address[1]}"
+        await self._serve(name, route, lambda: _close(writer))
 
     async def _route(
         self,
@@ -636,11 +627,8 @@ class Gateway:
         async with self._broker_lock:
             broker = self._brokers.get(node_id)
             if broker is None:
-                server = await asyncio.start_server(
-                    lambda r, w: self._serve_broker_port(node_id, r, w),
-                    self.config.host,
-                    0,
-                    limit=STREAM_LIMIT,
+                server = await asyncio.get_running_loop().create_server(
+                    lambda: self._broker_port_connection(node_id), self.config.host, 0
                 )
                 broker = self._brokers[node_id] = _Broker(node_id, address, server)
                 logger.info("broker %s (%s:%s) on port %s", node_id, *address, broker.port)
@@ -815,48 +803,6 @@ def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
 
 # The request header's fixed part: api key, api version, correlation id.
 _REQUEST_HEAD = 8
-# Pass-through frames are forwarded in pieces of at most this, as they arrive.
-_CHUNK = 1024 * 1024
-
-
-async def _frame_start(
-    reader: asyncio.StreamReader, max_bytes: int, head: int = _REQUEST_HEAD
-) -> tuple[int, bytes] | None:
-    """The size of the next frame and its first bytes (size prefix and ``head`` more);
-    ``None`` when the peer closed between frames."""
-    try:
-        prefix = await reader.readexactly(4)
-    except asyncio.IncompleteReadError as error:
-        if not error.partial:
-            return None
-        raise framing.FrameError("connection closed inside a frame's size") from None
-    size = int.from_bytes(prefix, "big", signed=True)
-    if size < head or size > max_bytes:
-        raise framing.FrameTooLarge(f"frame of {size} bytes (from {head} to {max_bytes})")
-    return size, prefix + await _rest(reader, head)
-
-
-async def _rest(reader: asyncio.StreamReader, size: int) -> bytes:
-    try:
-        return await reader.readexactly(size)
-    except asyncio.IncompleteReadError:
-        raise framing.FrameError("connection closed inside a frame") from None
-
-
-async def _cut_through(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, size: int
-) -> None:
-    """Forward a frame whose first bytes are ``head`` as its bytes arrive (a Fetch reply of
-    several MB reaches the client while the broker is still sending it)."""
-    writer.write(head)
-    remaining = size + 4 - len(head)
-    while remaining:
-        chunk = await reader.read(min(remaining, _CHUNK))
-        if not chunk:
-            raise framing.FrameError("connection closed inside a frame")
-        writer.write(chunk)
-        remaining -= len(chunk)
-        await writer.drain()
 
 
 def _correlation(payload: bytes) -> int:
@@ -924,3 +870,320 @@ class _Lane:
         with contextlib.suppress(BaseException):
             await self._reader
         await _close(self.writer)
+
+
+# --- the broker ports -------------------------------------------------------------------
+
+# The requests whose replies a broker port rewrites.
+_REWRITTEN = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR})
+# Flow control on the broker ports: a transport holding more than this toward a side that
+# reads slower than the other side sends (a client behind its broker's Fetch replies) stops
+# the sending side being read until it is down to _WRITE_LOW. It bounds what a connection
+# buffers; high enough that a client keeping up never makes the gateway pause its broker.
+_WRITE_HIGH = 1024 * 1024
+_WRITE_LOW = 256 * 1024
+
+
+class _BrokerConnection:
+    """A client's connection to a broker port and the gateway's connection to that broker,
+    each side a ``_Frames`` forwarding what it receives to the other side's transport.
+    ``start`` runs the gateway's part (connecting to the broker, then ``run``) once the client
+    is connected; its first failure or either side's end ends both (``end``)."""
+
+    def __init__(
+        self, config: GatewayConfig, start: Callable[[_BrokerConnection], asyncio.Future[None]]
+    ) -> None:
+        self.pending: dict[int, _Pending] = {}
+        self.client = _Requests(self, config.max_request_bytes)
+        self.upstream = _Replies(self, config.max_response_bytes)
+        self.client.other, self.upstream.other = self.upstream, self.client
+        self.tasks: set[asyncio.Future[None]] = set()
+        self.entry: Callable[[framing.RequestHeader, bytes], _Pending]
+        self.rewrite: Callable[[bytes, _Pending], Awaitable[bytes]]
+        self._start = start
+        self._task: asyncio.Future[None] | None = None
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def started(self) -> None:
+        self._task = self._start(self)
+
+    async def run(
+        self,
+        transport: asyncio.BaseTransport,
+        entry: Callable[[framing.RequestHeader, bytes], _Pending],
+        rewrite: Callable[[bytes, _Pending], Awaitable[bytes]],
+    ) -> None:
+        """Forward between the client and ``transport`` (the broker's, handshakes done) until
+        either side ends; raises the failure that ended them, if any."""
+        self.entry, self.rewrite = entry, rewrite
+        transport.set_protocol(self.upstream)
+        self.upstream.attach(transport)
+        self.client.release("upstream")
+        await self._done
+
+    @property
+    def ended(self) -> bool:
+        return self._done.done()
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self._done.done():
+            return
+        if error is None:
+            self._done.set_result(None)
+        else:
+            self._done.set_exception(error)
+
+    def close(self) -> None:
+        self.end()
+        if not self._done.cancelled():
+            self._done.exception()  # reported by ``run`` if it got that far, else moot
+        for task in self.tasks:
+            task.cancel()
+        for side in (self.client, self.upstream):
+            if side.transport is not None:
+                side.transport.close()  # what is written is still sent
+
+
+class _Frames(asyncio.Protocol):
+    """One side of a broker port's connection: what its transport receives is cut into
+    frames as it arrives and written to the other side's transport. Only each frame's size
+    and first bytes are looked at, and a frame passes on as its bytes come (a Fetch reply of
+    several MB reaches the client while the broker is still sending it), in the pieces the
+    transport hands over. A frame that ``claim`` takes instead (a request or reply of an API
+    the gateway rewrites) is gathered whole and given to ``whole``; while ``whole``'s answer
+    is awaited (a rewritten reply), this side is not read and what follows waits, so that
+    frames keep their order."""
+
+    other: _Frames
+
+    def __init__(self, connection: _BrokerConnection, head: int, max_bytes: int) -> None:
+        self.connection = connection
+        self.transport: asyncio.Transport | None = None
+        # Where frames go: the other side's transport.
+        self._sink: asyncio.Transport
+        # The bytes of a frame's start that ``claim`` needs (after the size).
+        self._head = head
+        self._max_bytes = max_bytes
+        # The current frame: its bytes not received yet, and whether they pass on as they
+        # come or are gathered in _payload.
+        self._remaining = 0
+        self._passing = True
+        self._payload = bytearray()
+        # The start of a frame too short yet to decide on.
+        self._partial = b""
+        # What arrived while a frame was being rewritten, fed once it is written.
+        self._held: bytearray | None = None
+        self._eof = False
+        self._paused: set[str] = set()
+
+    # -- what a side decides (``_Requests``, ``_Replies``) -----------------------------
+
+    def claim(self, data: bytes, start: int) -> bool:
+        """Whether the frame at ``start`` (its size, then at least ``head`` bytes) is
+        gathered whole rather than passed on."""
+        raise NotImplementedError
+
+    def whole(self, payload: bytes) -> Awaitable[bytes] | None:
+        """A claimed frame's payload: forward it (``None``), or what to await for the
+        payload to forward in its place."""
+        raise NotImplementedError
+
+    # -- the transport's side ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.attach(transport)
+
+    def attach(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self.transport = typing.cast(asyncio.Transport, transport)
+        self.other._sink = self.transport
+        self.transport.set_write_buffer_limits(_WRITE_HIGH, _WRITE_LOW)
+        if self._paused:
+            self.transport.pause_reading()
+
+    def pause(self, reason: str) -> None:
+        """Stop reading this side (until every reason given is resumed)."""
+        if not self._paused and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        # This side's transport holds too much of what the other side sent: stop reading it.
+        self.other.pause("full")
+
+    def resume_writing(self) -> None:
+        self.other.resume("full")
+
+    def data_received(self, data: bytes) -> None:
+        if self.connection.ended:
+            return
+        if self._held is not None:
+            self._held += data
+            # Not read meanwhile (uvloop starts reading a server's connection after
+            # ``connection_made``, whatever it paused).
+            if self._paused and self.transport is not None:
+                self.transport.pause_reading()
+            return
+        if self._passing and self._remaining >= len(data):
+            # Inside a frame that passes on: by far the most bytes, handed on as they are.
+            self._remaining -= len(data)
+            self._sink.write(data)
+            return
+        try:
+            self._feed(data)
+        except Exception as error:  # a hostile frame: this connection ends with the reason
+            self.connection.end(error)
+
+    def _feed(self, data: bytes) -> None:
+        if self._partial:
+            data, self._partial = self._partial + data, b""
+        view = memoryview(data)
+        size_head = 4 + self._head
+        end = len(data)
+        # data[forward:at] passes on in one write: the frames of this piece that pass (not
+        # the rest of a frame being gathered).
+        at, forward = 0, 0 if self._passing else self._remaining
+        while at < end:
+            if self._remaining:
+                take = min(self._remaining, end - at)
+                if not self._passing:
+                    self._payload += view[at : at + take]
+                at += take
+                self._remaining -= take
+                if self._remaining or self._passing:
+                    continue
+                payload, self._payload = bytes(self._payload), bytearray()
+                forward = at
+                waiting = self.whole(payload)
+                if waiting is not None:
+                    self._wait(waiting, data[at:])
+                    return
+                continue
+            if end - at < size_head:
+                if end - at >= 4:
+                    self._size(data, at)  # a bad size ends the connection without waiting
+                self._partial = data[at:]
+                break
+            size = self._size(data, at)
+            if self.claim(data, at):
+                if forward < at:
+                    self._sink.write(view[forward:at])
+                self._passing = False
+                at += 4
+                self._remaining = size
+                forward = at + size
+            else:
+                self._passing = True
+                self._remaining = size + 4
+        if forward < at:
+            self._sink.write(view[forward:at])
+
+    def _size(self, data: bytes, start: int) -> int:
+        size = int.from_bytes(data[start : start + 4], "big", signed=True)
+        if size < self._head or size > self._max_bytes:
+            raise framing.FrameTooLarge(
+                f"frame of {size} bytes (from {self._head} to {self._max_bytes})"
+            )
+        return size
+
+    def _wait(self, waiting: Awaitable[bytes], rest: bytes) -> None:
+        self._held = bytearray(rest)
+        self.pause("rewrite")
+        task = asyncio.ensure_future(self._forward(waiting))
+        self.connection.tasks.add(task)
+        task.add_done_callback(self._forwarded)
+
+    async def _forward(self, waiting: Awaitable[bytes]) -> None:
+        payload = await waiting
+        # Two writes: no copy of the payload just to prefix its size.
+        self._sink.write(len(payload).to_bytes(4, "big"))
+        self._sink.write(payload)
+
+    def _forwarded(self, task: asyncio.Future[None]) -> None:
+        self.connection.tasks.discard(task)
+        if task.cancelled():
+            return
+        if (error := task.exception()) is not None:
+            self.connection.end(error)
+            return
+        self.release("rewrite")
+
+    def release(self, reason: str) -> None:
+        """Read again, and forward first what was held while ``reason`` paused this side."""
+        assert self._held is not None
+        held, self._held = bytes(self._held), None
+        self.resume(reason)
+        if held and not self.connection.ended:
+            try:
+                self._feed(held)
+            except Exception as error:
+                self.connection.end(error)
+        if self._eof and self._held is None:
+            self._ended()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self.connection.end(exc)
+        elif self._held is not None:
+            self._eof = True  # once what is held is forwarded
+        else:
+            self._ended()
+
+    def _ended(self) -> None:
+        if 0 < len(self._partial) < 4:
+            self.connection.end(framing.FrameError("connection closed inside a frame's size"))
+        elif self._partial or self._remaining:
+            self.connection.end(framing.FrameError("connection closed inside a frame"))
+        else:
+            self.connection.end()
+
+
+class _Requests(_Frames):
+    """The client's side: requests of the rewritten APIs are gathered whole, to note what
+    their reply needs (``connection.pending``) before they are forwarded."""
+
+    def __init__(self, connection: _BrokerConnection, max_bytes: int) -> None:
+        super().__init__(connection, _REQUEST_HEAD, max_bytes)
+        # Held until the broker is connected: there is nowhere to forward to before.
+        self._held = bytearray()
+        self.pause("upstream")
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.connection.started()
+
+    def claim(self, data: bytes, start: int) -> bool:
+        api_key = int.from_bytes(data[start + 4 : start + 6], "big", signed=True)
+        return api_key in _REWRITTEN
+
+    def whole(self, payload: bytes) -> None:
+        header = framing.peek_request_header(payload)
+        self.connection.pending[header.correlation_id] = self.connection.entry(header, payload)
+        self._sink.write(len(payload).to_bytes(4, "big"))
+        self._sink.write(payload)
+        return None
+
+
+class _Replies(_Frames):
+    """The broker's side: replies to the requests in ``connection.pending`` are gathered
+    whole and rewritten; the others pass on."""
+
+    def __init__(self, connection: _BrokerConnection, max_bytes: int) -> None:
+        super().__init__(connection, _CORRELATION.size, max_bytes)
+        self._entry: _Pending | None = None
+
+    def claim(self, data: bytes, start: int) -> bool:
+        correlation_id = int.from_bytes(data[start + 4 : start + 8], "big", signed=True)
+        self._entry = self.connection.pending.pop(correlation_id, None)
+        return self._entry is not None
+
+    def whole(self, payload: bytes) -> Awaitable[bytes]:
+        assert self._entry is not None
+        return self.connection.rewrite(payload, self._entry)
