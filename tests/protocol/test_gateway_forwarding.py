@@ -230,6 +230,7 @@ def test_replies_a_byte_at_a_time_pass_intact_and_rewritten_ones_are_rewritten(
                     fetch(topic, 1),
                     api_versions_v3(),
                     fetch(topic, 2),
+                    api_versions_v3(),
                 ]
                 writer.write(
                     b"".join(framing.encode_request(r, 100 + i) for i, r in enumerate(requests))
@@ -251,6 +252,10 @@ def test_replies_a_byte_at_a_time_pass_intact_and_rewritten_ones_are_rewritten(
             correlation, versions = framing.read_response(replies[3], ApiVersionsResponse)
             assert correlation == 103
             assert versions.error_code == 0
+            # The same reply again: the same rewritten reply (but for the correlation id).
+            assert upstream[5][4:] == upstream[3][4:]
+            assert replies[5][:4] == struct.pack(">i", 105)
+            assert replies[5][4:] == replies[3][4:]
 
     run(loop, scenario)
 

@@ -83,6 +83,8 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # (librdkafka's default is 100 MB); this bounds what a broken upstream can make us buffer.
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
+# The rewritten ApiVersions replies kept: a few per broker of the cluster and request version.
+_VERSIONS_REPLIES = 64
 # Requests of one client connection on the coordinator port awaiting their replies.
 MAX_IN_FLIGHT = 64
 # Stream buffers (the coordinator ports, the gateway's own requests): a large reply is read
@@ -354,6 +356,9 @@ class Gateway:
         self._listener_node_id: int | None = None
         # The listener's API versions, from the gateway's ApiVersions on each connection.
         self._listener_versions: dict[int, tuple[int, int]] = {}
+        # The brokers' ApiVersions replies, rewritten (after the correlation id), by request
+        # version and reply (after the correlation id).
+        self._versions_replies: dict[tuple[int, bytes], bytes] = {}
 
     @property
     def port(self) -> int:
@@ -574,6 +579,14 @@ class Gateway:
 
     async def _rewrite(self, payload: bytes, entry: _Pending, *, coordinator_port: bool) -> bytes:
         api_key, version, key_type, keys = entry
+        # A broker's ApiVersions reply rewrites to the same bytes whenever it is the same
+        # (nothing of the gateway's goes into it off the coordinator port), and every client
+        # connection starts with one: decoded once per broker and version, not per connection.
+        cache_key = (version, payload[_CORRELATION.size :])
+        if api_key == API_VERSIONS and not coordinator_port:
+            cached = self._versions_replies.get(cache_key)
+            if cached is not None:
+                return payload[: _CORRELATION.size] + cached
         try:
             schema = framing.response_type(api_key, version)
             correlation_id, body = framing.read_response(payload, schema)
@@ -594,7 +607,12 @@ class Gateway:
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == FIND_COORDINATOR:
             body = await self._find_coordinator(body, version, key_type, keys, coordinator_port)
-        return framing.encode_response(api_key, version, correlation_id, body)[4:]
+        rewritten: bytes = framing.encode_response(api_key, version, correlation_id, body)[4:]
+        if api_key == API_VERSIONS and not coordinator_port:
+            if len(self._versions_replies) >= _VERSIONS_REPLIES:
+                self._versions_replies.clear()  # brokers upgraded many times over: start again
+            self._versions_replies[cache_key] = rewritten[_CORRELATION.size :]
+        return rewritten
 
     def _coordinator_node(self, brokers: list[Any], id_field: str) -> list[Any]:
         """The coordinator (at the coordinator port) and each other coordinator seen so far
