@@ -38,7 +38,11 @@ The cyclic garbage collector is paused while a load decodes and builds (``collec
 a load allocates objects by the hundred thousand, none of them garbage, and each collection
 it triggers walks every object of the process, the partitions already served included. The
 pause covers only that CPU-bound work, never a wait for the brokers, so garbage of the rest
-of the process waits for a collection at most as long as a decode takes.
+of the process waits for a collection at most as long as a decode takes. The loaded state is
+not frozen afterwards (``gc.freeze``), which would keep later full collections off it: most
+of it is offsets kept as bytes, which the collector does not track anyway, and a frozen
+partition given up would keep whatever cyclic garbage it left until a ``gc.unfreeze``, which
+is process-wide (reference counting would still free everything else of it).
 """
 
 from __future__ import annotations
