@@ -196,8 +196,8 @@ def take_fence(
 
 def given_fence(text: str, partition_count: int) -> fence.ReadFence:
     """A read fence the coordinator already took (``--fenced-ends``: JSON ``{partition: end}``
-    over every state partition): the operator takes one in-process for the compaction it runs,
-    which no group's token could ask for."""
+    over every state partition): the operator takes one for the compaction it runs, from each
+    partition's coordinator through its internal API, which no group's token could ask for."""
     try:
         parsed = json.loads(text)
         ends = {int(partition): int(end) for partition, end in parsed.items()}

@@ -166,9 +166,9 @@ def compaction_arguments(
 ) -> list[str]:
     """Arguments of a scheduled compaction: each run checkpoints into its own directory.
 
-    ``fenced_ends`` is the read fence the operator's own coordinator took over every state
-    partition (no group token is needed for it); without one the job reads up to the last
-    stable offsets.
+    ``fenced_ends`` is the read fence the operator took over every state partition, each from
+    the replica whose Lease holds it (through the internal API: no group token is needed for
+    it); without one the job reads up to the last stable offsets.
     """
     stamp = at.astimezone(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     location = f"{storage_uri.rstrip('/')}/checkpoint-{stamp}"
