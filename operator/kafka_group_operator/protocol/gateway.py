@@ -989,7 +989,8 @@ class _Frames(asyncio.Protocol):
         self._payload = bytearray()
         # The start of a frame too short yet to decide on.
         self._partial = b""
-        # What arrived while a frame was being rewritten, fed once it is written.
+        # What arrived while this side waits (for the broker's connection, or for a reply
+        # being rewritten), fed on once the wait is over.
         self._held: bytearray | None = None
         self._eof = False
         self._paused: set[str] = set()
