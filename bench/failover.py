@@ -516,6 +516,13 @@ def serve_leases(port: int) -> None:
         print(f"{now} {message}", file=sys.stderr, flush=True)
 
     gc.callbacks.append(timed_collection)
+    # The test double stands in for the API server, which has machines of its own. On this
+    # shared machine, at load averages of 10 and more, its event loop stalled 0.5 to 1.4 s
+    # every few seconds with no collection behind it (CPU it did not get), and every replica
+    # missed its renew deadline at once after the longest stalls. So it gets the CPU first;
+    # without the privilege to raise its priority it runs as before.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
 
     async def serve() -> None:
         async with kube_support.ApiServer() as server, apps.Server(server, port=port):
