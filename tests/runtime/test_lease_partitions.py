@@ -176,3 +176,44 @@ async def test_nothing_is_answered_once_the_lease_may_have_expired(
         for request in requests:
             with pytest.raises(errors.NotCoordinator):
                 await request
+
+
+async def test_a_partition_fenced_while_its_lease_is_held_here_is_taken_again(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """An earlier holder gave the partition up while its writer was still starting; that
+    writer finished after the Lease holder's and fenced it. The holder takes the partition
+    again (its Lease is the only valid one), fencing the late writer, and serves everything
+    it acknowledged; the earlier holder acknowledges nothing."""
+    name = logs.unique_topic()
+    group = groups.group_on(0, PARTITIONS)
+    async with (
+        groups.running(_config(broker.bootstrap, name)) as late,
+        groups.running(_config(broker.bootstrap, name)) as holder,
+    ):
+        holder.lease_check = {0: True, 1: False}.__getitem__
+        late.lease_check = {0: False, 1: False}.__getitem__
+        holder.acquire(0)
+        await _until_active(holder, group)
+        await holder.commit_offsets(groups.admin_commit(group, 1))
+        # The late start: its writer fences the holder's; then the elector gives it up.
+        late.acquire(0)
+        async with asyncio.timeout(30):
+            # Loaded, or fenced already by the holder taking the partition again.
+            while late.partition_state(group) is State.LOADING:
+                await asyncio.sleep(0.02)
+        late.release(0)
+        refused = 0
+        async with asyncio.timeout(60):
+            while True:
+                try:
+                    await holder.commit_offsets(groups.admin_commit(group, 2))
+                    break
+                except (errors.NotCoordinator, errors.CoordinatorLoadInProgress):
+                    refused += 1  # fenced, then loading again
+                    await asyncio.sleep(0.05)
+        assert refused >= 1
+        assert holder.partition_state(group) is State.ACTIVE
+        assert await groups.committed(holder, group) == 2
+        with pytest.raises(errors.NotCoordinator):
+            await late.commit_offsets(groups.admin_commit(group, 9))

@@ -51,7 +51,11 @@ fails, what is in flight is answered ``NOT_COORDINATOR`` when it returns (even i
 committed it: a retry at the new coordinator finds it there), and so is every later request.
 ``lease_check`` (the elector's ``holds``) is asked before anything of a partition is
 acknowledged: a coordinator whose Lease may have expired acknowledges nothing, whatever the
-latency of the callbacks that would have told it.
+latency of the callbacks that would have told it. A partition fenced while its Lease is still
+held here is taken again (after ``_RETAKE_DELAY_S``, if the Lease is still held then): only
+one holder's Lease is valid at a time, so the fence came from an earlier holder whose writer
+was still starting when it gave the partition up, and finished after this one's. The new
+writer fences that late one. Without a Lease (fixed partitions), a fence is final.
 
 ``mirror`` copies each configured group's committed offsets into the brokers' own group of
 the same id, from memory and in the background (see ``mirror``): the write path does not
@@ -97,6 +101,9 @@ _MIN_TIMER_GAP_MS = 10
 _RELOAD_GATHER_S = 0.1
 # Partitions taken within this long of each other are loaded by one writer and one reader.
 _ACQUIRE_GATHER_S = 0.05
+# How long a partition fenced under a Lease still held waits before it is taken again: a
+# Lease about to be lost is then seen lost, and a late writer has finished starting.
+_RETAKE_DELAY_S = 0.5
 # Log ends are refreshed at most this often when describes ask for unknown ones.
 _LOG_END_MIN_GAP_S = 0.2
 # A topic-partition no describe asked about for this long is no longer refreshed.
@@ -941,13 +948,30 @@ class CoordinatorRuntime:
         partition.state = PartitionState.FENCED
         partition.shard = None
         self._fail_pending(partition, failure)
-        logger.warning(
-            "state partition %d was taken over by another coordinator; its groups now answer "
-            "NOT_COORDINATOR here (%s)",
-            partition.index,
-            error,
-        )
+        if self.lease_check is not None and self._lease_held(partition.index):
+            logger.warning(
+                "state partition %d: this coordinator's writer was fenced while it holds the "
+                "partition's Lease (an earlier holder's writer finished starting late); "
+                "taking it again (%s)",
+                partition.index,
+                error,
+            )
+            self._spawn(self._retake_soon(partition.index))
+        else:
+            logger.warning(
+                "state partition %d was taken over by another coordinator; its groups now "
+                "answer NOT_COORDINATOR here (%s)",
+                partition.index,
+                error,
+            )
         self._all_loaded_check()
+
+    async def _retake_soon(self, index: int) -> None:
+        await asyncio.sleep(_RETAKE_DELAY_S)
+        partition = self._partitions[index]
+        if partition.state is PartitionState.FENCED and self._lease_held(index):
+            with contextlib.suppress(RuntimeError):  # the runtime stopped meanwhile
+                self.acquire(index)
 
     def _fail_pending(self, partition: _Partition, error: errors.CoordinatorError) -> None:
         while partition.pending:
