@@ -16,9 +16,10 @@ Target (issue 10): gateway throughput >= 0.8x direct. Writes ``bench/results/gat
 ``--mb=N`` sets the data size (default 300 MB: the whole run stays under two minutes on a
 busy two-core machine; the issue's 1 GB takes proportionally longer), ``--quick`` uses 40 MB.
 
-Added latency: ``LATENCY_SAMPLES`` sequential ApiVersions round trips (a small request the
-gateway passes through undecoded on a broker port) directly and through the gateway's port
-of the same broker; the added p50/p99 are the differences.
+Added latency: ``LATENCY_SAMPLES`` sequential ApiVersions round trips (a small request, the
+first of every client connection; on a broker port the gateway rewrites its reply once per
+reply and request version and serves the kept bytes after that) directly and through the
+gateway's port of the same broker; the added p50/p99 are the differences.
 """
 
 from __future__ import annotations

@@ -200,7 +200,9 @@ async def test_a_partition_fenced_while_its_lease_is_held_here_is_taken_again(
         late.acquire(0)
         async with asyncio.timeout(30):
             # Loaded, or fenced already by the holder taking the partition again.
-            while late.partition_state(group) is State.LOADING:
+            while True:
+                if late.partition_state(group) is not State.LOADING:
+                    break
                 await asyncio.sleep(0.02)
         late.release(0)
         refused = 0
