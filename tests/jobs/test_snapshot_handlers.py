@@ -84,19 +84,27 @@ async def create_group(api: kube.ApiServer, topic: str, bootstrap: str, **spec: 
     )
 
 
-async def create_snapshot(api: kube.ApiServer, name: str, uri: str, mode: str | None) -> None:
+async def create_snapshot(
+    api: kube.ApiServer,
+    name: str,
+    uri: str,
+    mode: str | None,
+    group: str = "payments",
+    namespace: str = NS,
+) -> None:
+    """An OffsetSnapshot of the ConsumerGroup ``group`` into ``uri``, created through the API."""
     body: dict[str, Any] = {
         "apiVersion": "kafkagroups.io/v1alpha1",
         "kind": "OffsetSnapshot",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "consumerGroupRef": {"name": "payments"},
+            "consumerGroupRef": {"name": group},
             "storage": {"uri": uri},
             "spark": {} if mode is None else {"mode": mode},
         },
     }
     await kube.api_call(
-        api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/offsetsnapshots", body
+        api, "POST", f"/apis/kafkagroups.io/v1alpha1/namespaces/{namespace}/offsetsnapshots", body
     )
 
 

@@ -17,6 +17,7 @@ from kafka_group_operator.coordinator import messages
 from kafka_group_operator.handlers import ownership
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.runtime import coordinator_runtime
+from tests.jobs import test_snapshot_handlers as handlers_test
 from tests.kube.test_consumer_groups import (
     CG,
     GROUP_PATH,
@@ -125,21 +126,8 @@ async def test_a_second_claimant_changes_nothing_even_across_a_restart_or_its_de
             ], resource  # fmt: skip
         await restarted.wait_for(lambda: restarted.state.tokens.token_for(GROUP_ID) == token)
         # Nor may it read the owner's offsets through a snapshot.
-        snapshot = {
-            "apiVersion": "kafkagroups.io/v1alpha1",
-            "kind": "OffsetSnapshot",
-            "metadata": {"name": "peek", "namespace": OTHER_NS},
-            "spec": {
-                "consumerGroupRef": {"name": "intruder"},
-                "storage": {"uri": f"file://{tmp_path}"},
-                "spark": {"mode": "local"},
-            },
-        }
-        await kube.api_call(
-            kmock,
-            "POST",
-            f"/apis/kafkagroups.io/v1alpha1/namespaces/{OTHER_NS}/offsetsnapshots",
-            snapshot,
+        await handlers_test.create_snapshot(
+            kmock, "peek", f"file://{tmp_path}", "local", group="intruder", namespace=OTHER_NS
         )
         snapshots = "kafkagroups.io/v1alpha1/offsetsnapshots"
         status = await restarted.wait_for(

@@ -69,21 +69,8 @@ async def test_the_job_handlers_reach_the_groups_replica(
             lambda: (condition(kmock, "Ready") or {}).get("reason") == "MembersNotReady", 60
         )
         # A snapshot: only the group id's owner, asked of b, may have its offsets read.
-        snapshot = {
-            "apiVersion": "kafkagroups.io/v1alpha1",
-            "kind": "OffsetSnapshot",
-            "metadata": {"name": "nightly", "namespace": NS},
-            "spec": {
-                "consumerGroupRef": {"name": "orders"},
-                "storage": {"uri": f"file://{tmp_path}"},
-                "spark": {"mode": "operator"},
-            },
-        }
-        await kube.api_call(
-            kmock,
-            "POST",
-            f"/apis/kafkagroups.io/v1alpha1/namespaces/{NS}/offsetsnapshots",
-            snapshot,
+        await handlers_test.create_snapshot(
+            kmock, "nightly", f"file://{tmp_path}", "operator", group="orders", namespace=NS
         )
         application = await operator.wait_for(
             lambda: handlers_test.status_of(kmock, handlers_test.SNAPSHOTS, "nightly").get(
