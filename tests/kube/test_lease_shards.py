@@ -31,7 +31,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import lease_shards
 from kafka_group_operator.kube import client, leases
 from kafka_group_operator.kube import errors as kube_errors
-from kafka_group_operator.runtime import coordinator_runtime, writer
+from kafka_group_operator.runtime import coordinator_runtime
 from tests.runtime import logs
 from tests.support import groups, kube
 
@@ -116,26 +116,6 @@ async def replicas(
         yield made
     finally:
         await asyncio.gather(*(replica.stop() for replica in made.values()))
-
-
-def _hold_commit_appends(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
-    """Hold every state-topic append carrying an offset commit (key version 1) between the
-    first event, set when one arrives, and the second, which lets it go on."""
-    entered, opened = asyncio.Event(), asyncio.Event()
-    original = writer.StateWriter.append
-
-    async def held_append(
-        state_writer: writer.StateWriter,
-        partition: int,
-        batch: Sequence[writer.EncodedRecord],
-    ) -> int:
-        if any(key[:2] == b"\x00\x01" for key, _ in batch):
-            entered.set()
-            await opened.wait()
-        return await original(state_writer, partition, batch)
-
-    monkeypatch.setattr(writer.StateWriter, "append", held_append)
-    return entered, opened
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 30) -> None:
@@ -255,7 +235,7 @@ async def test_renewals_failing_while_a_commit_is_in_flight(
             await a.runtime.commit_offsets(groups.admin_commit(group, offset))
             acknowledged = offset
         # The next commit's append is held until the renewals have failed.
-        entered, opened = _hold_commit_appends(monkeypatch)
+        entered, opened = groups.hold_commit_appends(monkeypatch)
         in_flight = asyncio.create_task(a.runtime.commit_offsets(groups.admin_commit(group, 4)))
         await asyncio.wait_for(entered.wait(), 10)
         refusal = kmock.reject(LEASES, 500, "etcd is unavailable", action="update")
@@ -406,7 +386,7 @@ async def test_a_loss_fences_the_runtime_before_its_stalled_loop_hears_of_it(
         await _until(lambda: runtime.partition_state(group) is State.ACTIVE)
         await runtime.commit_offsets(groups.admin_commit(group, 1))
         # A commit is on its way to the brokers when the loop stalls and the renewals fail.
-        entered, opened = _hold_commit_appends(monkeypatch)
+        entered, opened = groups.hold_commit_appends(monkeypatch)
         in_flight = asyncio.create_task(runtime.commit_offsets(groups.admin_commit(group, 2)))
         await asyncio.wait_for(entered.wait(), 10)
         failing.set()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import pytest
 
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.runtime import coordinator_runtime
-from kafka_group_records import partitioning
+from kafka_group_operator.runtime import coordinator_runtime, writer
+from kafka_group_records import codec, partitioning
+
+# Every record key starts with its version (int16): an offset commit's is Kafka's version 1.
+_OFFSET_COMMIT_KEY = codec.OFFSET_COMMIT_KEY_V1.to_bytes(2, "big")
 
 
 async def settle(
@@ -74,3 +79,23 @@ async def committed(runtime: coordinator_runtime.CoordinatorRuntime, group: str)
     offsets = (await runtime.fetch_offsets(messages.OffsetFetchRequest(group))).offsets
     found = offsets.get(("t", 0))
     return None if found is None else found.offset
+
+
+def hold_commit_appends(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every state-topic append carrying an offset commit between the first event, set
+    when one arrives, and the second, which lets it go on (the brokers are slow)."""
+    entered, opened = asyncio.Event(), asyncio.Event()
+    original = writer.StateWriter.append
+
+    async def held_append(
+        state_writer: writer.StateWriter,
+        partition: int,
+        batch: Sequence[writer.EncodedRecord],
+    ) -> int:
+        if any(key[:2] == _OFFSET_COMMIT_KEY for key, _ in batch):
+            entered.set()
+            await opened.wait()
+        return await original(state_writer, partition, batch)
+
+    monkeypatch.setattr(writer.StateWriter, "append", held_append)
+    return entered, opened
