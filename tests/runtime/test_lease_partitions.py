@@ -9,14 +9,14 @@ and a runtime whose Lease may have expired acknowledges nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
 from typing import Any
 
 import pytest
 
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.runtime import coordinator_runtime, writer
+from kafka_group_operator.runtime import coordinator_runtime
 from tests.runtime import logs
 from tests.support import groups
 
@@ -91,28 +91,6 @@ async def test_taking_giving_up_and_taking_back_a_partition(
         assert a.partition_state(group) is State.FENCED
 
 
-class _Gate:
-    """Holds every state-topic append of offset commits until opened (the brokers are slow)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.entered = asyncio.Event()
-        self.opened = asyncio.Event()
-        original = writer.StateWriter.append
-
-        async def append(
-            state_writer: writer.StateWriter,
-            partition: int,
-            batch: Sequence[writer.EncodedRecord],
-        ) -> int:
-            # Offset commit records have key version 1 (Kafka's OffsetCommitKey).
-            if any(key[:2] == b"\x00\x01" for key, _ in batch):
-                self.entered.set()
-                await self.opened.wait()
-            return await original(state_writer, partition, batch)
-
-        monkeypatch.setattr(writer.StateWriter, "append", append)
-
-
 @pytest.mark.parametrize("how", ["lease-expired", "lease-lost"])
 async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
     broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, how: str
@@ -128,15 +106,15 @@ async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
         a.acquire(1)
         await _until_active(a, group)
         await a.commit_offsets(groups.admin_commit(group, 1))  # acknowledged while the lease holds
-        gate = _Gate(monkeypatch)
+        entered, opened = groups.hold_commit_appends(monkeypatch)
         in_flight = asyncio.create_task(a.commit_offsets(groups.admin_commit(group, 2)))
-        await asyncio.wait_for(gate.entered.wait(), 10)
+        await asyncio.wait_for(entered.wait(), 10)
         if how == "lease-expired":
             # The renew deadline passed; nobody has told the runtime yet.
             held[1] = False
         else:
             a.release(1)  # the elector's on_lost
-        gate.opened.set()
+        opened.set()
         with pytest.raises(errors.NotCoordinator):
             await asyncio.wait_for(in_flight, 10)
         assert a.partition_state(group) is State.NOT_SERVED
@@ -219,3 +197,37 @@ async def test_a_partition_fenced_while_its_lease_is_held_here_is_taken_again(
         assert await groups.committed(holder, group) == 2
         with pytest.raises(errors.NotCoordinator):
             await late.commit_offsets(groups.admin_commit(group, 9))
+
+
+async def test_two_holders_of_one_partition_back_off_instead_of_taking_turns(
+    broker: embedded.EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two deployments sharing one state topic both believe they hold its Lease: each fence
+    is taken back, but later each time, so they do not reload the partition without end."""
+    name = logs.unique_topic()
+    group = groups.group_on(0, PARTITIONS)
+    async with (
+        groups.running(_config(broker.bootstrap, name)) as a,
+        groups.running(_config(broker.bootstrap, name)) as b,
+    ):
+        for runtime in (a, b):
+            runtime.lease_check = {0: True, 1: False}.__getitem__
+        a.acquire(0)
+        await _until_active(a, group)
+        b.acquire(0)
+        await _until_active(b, group)
+        caplog.clear()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 10
+        offset = 0
+        while loop.time() < until:  # traffic on both, so each learns of every fence
+            for runtime in (a, b):
+                offset += 1
+                with contextlib.suppress(errors.CoordinatorError):
+                    await runtime.commit_offsets(groups.admin_commit(group, offset))
+            await asyncio.sleep(0.05)
+        retakes = [r for r in caplog.records if "taking it again in" in r.getMessage()]
+        delays = sorted(float(r.getMessage().split("again in ")[1].split(" s")[0]) for r in retakes)
+        # At a fixed 0.5 s the two would have taken turns about ten times each in 10 s.
+        assert 2 <= len(retakes) <= 8, delays
+        assert delays[-1] >= 2.0, delays

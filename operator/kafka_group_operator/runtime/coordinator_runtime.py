@@ -55,7 +55,9 @@ latency of the callbacks that would have told it. A partition fenced while its L
 held here is taken again (after ``_RETAKE_DELAY_S``, if the Lease is still held then): only
 one holder's Lease is valid at a time, so the fence came from an earlier holder whose writer
 was still starting when it gave the partition up, and finished after this one's. The new
-writer fences that late one. Without a Lease (fixed partitions), a fence is final.
+writer fences that late one. A fence that keeps coming back under the same Lease is a second
+writer of the topic, not a late one: each further retake waits twice as long, up to 30 s.
+Without a Lease (fixed partitions), a fence is final.
 
 ``mirror`` copies each configured group's committed offsets into the brokers' own group of
 the same id, from memory and in the background (see ``mirror``): the write path does not
@@ -102,8 +104,12 @@ _RELOAD_GATHER_S = 0.1
 # Partitions taken within this long of each other are loaded by one writer and one reader.
 _ACQUIRE_GATHER_S = 0.05
 # How long a partition fenced under a Lease still held waits before it is taken again: a
-# Lease about to be lost is then seen lost, and a late writer has finished starting.
+# Lease about to be lost is then seen lost, and a late writer has finished starting. Each
+# further retake under the same Lease waits twice as long, up to ``_RETAKE_MAX_DELAY_S``: a
+# fence that keeps coming back is not a late writer but a second writer of the same topic
+# (two deployments sharing one state topic), and the two must not take turns forever.
 _RETAKE_DELAY_S = 0.5
+_RETAKE_MAX_DELAY_S = 30.0
 # Log ends are refreshed at most this often when describes ask for unknown ones.
 _LOG_END_MIN_GAP_S = 0.2
 # A topic-partition no describe asked about for this long is no longer refreshed.
@@ -203,6 +209,8 @@ class _Partition:
     served: asyncio.Event = field(default_factory=asyncio.Event)
     # time.monotonic() when a write was last known to be committed by this writer.
     confirmed_at: float = 0.0
+    # Times taken again after a fence under a Lease still held, since the Lease was taken.
+    retakes: int = 0
 
 
 @dataclass(frozen=True)
@@ -406,6 +414,7 @@ class CoordinatorRuntime:
         self._detach(partition)
         partition.state = PartitionState.NOT_SERVED
         partition.shard = None
+        partition.retakes = 0  # the next Lease starts afresh
         self._to_acquire.discard(index)
         self._to_reload.discard(index)
         self._fail_pending(partition, _released(index))
@@ -949,14 +958,18 @@ class CoordinatorRuntime:
         partition.shard = None
         self._fail_pending(partition, failure)
         if self.lease_check is not None and self._lease_held(partition.index):
+            delay = min(_RETAKE_DELAY_S * 2**partition.retakes, _RETAKE_MAX_DELAY_S)
+            partition.retakes += 1
             logger.warning(
                 "state partition %d: this coordinator's writer was fenced while it holds the "
-                "partition's Lease (an earlier holder's writer finished starting late); "
-                "taking it again (%s)",
+                "partition's Lease (an earlier holder's writer finished starting late, or, if "
+                "this repeats, another deployment writes the same state topic); taking it "
+                "again in %.1f s (%s)",
                 partition.index,
+                delay,
                 error,
             )
-            self._spawn(self._retake_soon(partition.index))
+            self._spawn(self._retake_soon(partition.index, delay))
         else:
             logger.warning(
                 "state partition %d was taken over by another coordinator; its groups now "
@@ -966,8 +979,8 @@ class CoordinatorRuntime:
             )
         self._all_loaded_check()
 
-    async def _retake_soon(self, index: int) -> None:
-        await asyncio.sleep(_RETAKE_DELAY_S)
+    async def _retake_soon(self, index: int, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
         partition = self._partitions[index]
         if partition.state is PartitionState.FENCED and self._lease_held(index):
             with contextlib.suppress(RuntimeError):  # the runtime stopped meanwhile
