@@ -77,12 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if archive.exists():
         print(f"error: {archive} exists; the JVM records only into a new file", file=sys.stderr)
         return 2
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory() as work,
-        session.recorded_session("kafka-group-jobs-warmup", archive) as spark,
-    ):
-        kept = exercise(spark, Path(work))
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            tempfile.TemporaryDirectory() as work,
+            session.recorded_session("kafka-group-jobs-warmup", archive) as spark,
+        ):
+            kept = exercise(spark, Path(work))
+    except OSError as error:  # a path that cannot be written: one line, not a traceback
+        print(f"error: cannot record the class archive at {archive}: {error}", file=sys.stderr)
+        return 1
     if not archive.is_file() or archive.stat().st_size == 0:
         print(f"error: the JVM wrote no class archive to {archive}", file=sys.stderr)
         return 1

@@ -36,3 +36,13 @@ def test_warmup_records_a_readable_archive_and_never_overwrites_one(tmp_path: Pa
     assert again.stderr.strip().splitlines() == [
         f"error: {archive} exists; the JVM records only into a new file"
     ]
+
+
+def test_warmup_says_in_one_line_where_it_cannot_write(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = warmup(blocker / "spark-classes.jsa")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith(f"error: cannot record the class archive at {blocker}/")

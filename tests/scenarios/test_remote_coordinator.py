@@ -505,7 +505,9 @@ def test_fence_codecs() -> None:
     # An answer that does not cover what was asked, or is malformed, is no fence.
     with pytest.raises(errors.CoordinatorError):
         internal.decode_fence_response(answer, (1,))
-    for bad in ({"endOffsets": {"x": 1}}, {"endOffsets": {"1": -1}}, {"endOffsets": []}, []):
+    huge = "9" * 5000  # past what int() converts: a clear error, not a ValueError
+    malformed = ({"endOffsets": {"x": 1}}, {"endOffsets": {"1": -1}}, {"endOffsets": []}, [])
+    for bad in (*malformed, {"endOffsets": {huge: 1}}, {"endOffsets": {"1": int(huge[:4000])}}):
         with pytest.raises(errors.InvalidRequest):
             internal.decode_fence_response(bad, (1,))
     probes = [coordinator_port.partition_probe(p, 50) for p in range(50)]

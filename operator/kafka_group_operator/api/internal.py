@@ -461,7 +461,7 @@ def decode_fence_response(value: object, asked: Collection[int]) -> dict[int, in
     raw = _object(value, "body").get("endOffsets")
     ends: dict[int, int] = {}
     for key, end in _object(raw, "endOffsets").items():
-        if not isinstance(key, str) or not (key.isascii() and key.isdigit()):
+        if not isinstance(key, str) or not (key.isascii() and key.isdigit() and len(key) <= 10):
             raise _fail("endOffsets", "partition numbers as keys")
         ends[int(key)] = _integer(end, f"endOffsets.{key}", 0)
     if set(ends) != set(asked):
