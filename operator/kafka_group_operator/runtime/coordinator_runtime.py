@@ -24,7 +24,8 @@ Split brain is prevented by the brokers: each partition's writer is a transactio
 whose ``transactional.id`` names the topic and partition, so a second coordinator's load
 fences this one's writer (Kafka's zombie fencing). A fenced partition stops at once: what is
 queued or in flight fails, every later request for its groups answers ``NOT_COORDINATOR``
-(a warning says so once), and it is never written again. Requests that write nothing
+(a warning says so once), and that tenure's writer never writes again (a partition under a
+Lease may be taken again by a new writer: see below). Requests that write nothing
 (heartbeats that change nothing, fetch, describe) cannot discover a fence by themselves, so
 a partition that answered them and has had no committed write for
 ``fence_check_interval_ms`` writes a marker (never replayed) to check it still holds the
