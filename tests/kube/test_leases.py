@@ -33,7 +33,7 @@ async def api(kmock: kube.ApiServer) -> AsyncIterator[client.KubeClient]:
 
 # The failover benchmark's Lease timing: 3 s Lease, 2 s renew deadline, rounds every 0.75 s.
 BENCH_TIMING = {
-    "lease_duration_seconds": 3.0,
+    "lease_duration_seconds": 3,
     "renew_deadline_seconds": 2.0,
     "retry_period_seconds": 0.75,
 }
