@@ -8,7 +8,10 @@ so that this module needs no kopf and no handler. The coordinator is the control
 (``handlers.coordinator_port``): the local runtime, or the internal API of the replica whose
 Lease holds the group's state partition; the reset never assumes which. The machine's
 transition is taken whole or not at all: when an action fails, ``tick`` feeds
-``Event.ERROR`` from the state the tick began in, which resumes the group and records why.
+``Event.ERROR`` from the state the tick began in, which resumes the group and records why;
+a retriable coordinator error (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS``, ...)
+instead leaves the reset where it was for the next tick (every action is safe to repeat:
+pausing, the plan's commit of the same offsets, resuming).
 
 The plan comes from the restore job, which only plans (``--dry-run``). It reads the group's
 state partition up to the coordinator's read fence (``--coordinator-url``, the group's token in
@@ -303,6 +306,10 @@ async def tick(
         transition = reset_machine.step(machine_state, observed.event, dry_run)
         await carry_out(current, transition, observed)
     except FAILURES as error:
+        if isinstance(error, coordinator_errors.CoordinatorError) and error.retriable:
+            # The group's coordinator is moving or loading (a Lease changing hands): nothing
+            # of this tick's transition counts, and the next tick tries it again.
+            return {}
         # The transition is taken whole or not at all: a failed action fails the reset.
         observed = Observed(Event.ERROR, str(error))
         transition = reset_machine.step(machine_state, Event.ERROR, dry_run)
