@@ -95,6 +95,7 @@ class Options:
 
 
 RETRY_S = 0.1
+CALL_TIMEOUT_S = 5.0
 NAMESPACE = "kgo-bench"
 PREFIX = "kgo-partition"
 
@@ -118,6 +119,14 @@ class Member:
     failed_after_mark: bool = False
     acknowledged: dict[int, int] = field(default_factory=dict)
     last_commit: float = 0.0
+    # The member's keep-alive connection and the replica it is open to.
+    connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    connected_to: str = ""
+
+    def disconnect(self) -> None:
+        if self.connection is not None:
+            self.connection[1].close()
+        self.connection = None
 
 
 class Load:
@@ -139,22 +148,52 @@ class Load:
         self.errors: dict[str, int] = {}
         self.acknowledged = 0
         self.next_offset = 0
+        # Seconds each answered call took, by path, since the last progress line.
+        self.latencies: dict[str, list[float]] = {}
+
+    async def _post(self, member: Member, path: str, payload: bytes) -> tuple[int, Any]:
+        """One request on the member's own keep-alive connection: (status, decoded body).
+
+        Minimal HTTP/1.1 over asyncio streams, as ``bench.rebalance`` and ``bench.scale``:
+        the load shares two cores with three replicas, the broker and the Lease server, and
+        a general client (aiohttp's took a whole core for 800 requests/s here) would make the
+        load generator's own event loop the bottleneck, its late replies counting as
+        timeouts against the coordinators.
+        """
+        if member.connection is None or member.connected_to != member.url:
+            member.disconnect()
+            host, port = member.url.removeprefix("http://").split(":")
+            member.connection = await asyncio.open_connection(host, int(port))
+            member.connected_to = member.url
+        reader, writer = member.connection
+        host = member.url.removeprefix("http://")
+        writer.write(
+            f"POST /v1/groups/{member.group}{path} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = int(headers.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        return int(headers[9:12]), json.loads(await reader.readexactly(length))
 
     async def call(self, member: Member, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to the member's coordinator, following one hint; raises on failure."""
+        payload = json.dumps(body).encode()
         for _ in range(2):
-            url = f"{member.url}/v1/groups/{member.group}{path}"
             try:
-                async with self.session.post(url, json=body) as response:
-                    reply = await response.json(content_type=None)
-            except (TimeoutError, aiohttp.ClientError, ValueError) as error:
+                started = time.monotonic()
+                async with asyncio.timeout(CALL_TIMEOUT_S):
+                    status, reply = await self._post(member, path, payload)
+                self.latencies.setdefault(path, []).append(time.monotonic() - started)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as error:
+                member.disconnect()
                 # Gone: ask the next replica, as a Service would route the next connection.
                 others = [u for u in member.urls if u != member.url]
                 member.url = others[member.instance % len(others)] if others else member.url
                 raise RuntimeError("UNREACHABLE") from error
-            if response.status == 200:
+            if status == 200:
                 return dict(reply)
-            name = reply.get("error", f"HTTP {response.status}") if isinstance(reply, dict) else ""
+            name = reply.get("error", f"HTTP {status}") if isinstance(reply, dict) else ""
             if name == "NOT_COORDINATOR":
                 hint = (reply.get("coordinator") or {}).get("url")
                 if hint and hint != member.url:
@@ -219,6 +258,30 @@ class Load:
                 with contextlib.suppress(RuntimeError):
                     await self.commit(member)
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+
+async def _progress(load: Load, every_s: float = 10.0) -> None:
+    """A line every ``every_s``: the calls' latencies and the errors since the last line."""
+    errors: dict[str, int] = {}
+    while True:
+        await asyncio.sleep(every_s)
+        parts = []
+        for path, seconds in sorted(load.latencies.items()):
+            seconds.sort()
+            p99 = seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))]
+            parts.append(
+                f"{path} {len(seconds)} p50 {statistics.median(seconds) * 1000:.0f} ms"
+                f" p99 {p99 * 1000:.0f} ms max {seconds[-1] * 1000:.0f} ms"
+            )
+        load.latencies = {}
+        new = {k: v - errors.get(k, 0) for k, v in load.errors.items() if v != errors.get(k, 0)}
+        errors = dict(load.errors)
+        joined = sum(1 for m in load.members if m.assignment)
+        print(
+            f"{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}: {'; '.join(parts)};"
+            f" errors {new}; members holding partitions {joined}",
+            flush=True,
+        )
 
 
 def _groups(count: int, suffix: str) -> list[str]:
@@ -385,6 +448,7 @@ async def _scenario(
                 by_group.setdefault(m.group, []).append(m)
             load = Load(session, members, topic, options.heartbeat_interval_ms)
             tasks = [asyncio.create_task(load.run_member(m)) for m in members]
+            tasks.append(asyncio.create_task(_progress(load)))
             try:
                 await _settled(load, seconds=3, limit=180)
                 before = {(m.group, m.instance): m.assignment for m in members}
@@ -406,6 +470,13 @@ async def _scenario(
                 killed_at = time.monotonic()
                 load.mark = killed_at
                 processes[victim].send_signal(signal.SIGKILL)
+                # The kill itself is in no coordinator's log: this line times their lines.
+                now = time.time()
+                print(
+                    f"{time.strftime('%H:%M:%S', time.localtime(now))}.{int(now * 1000) % 1000:03d}"
+                    f" killed replica {victim} holding {sorted(victim_partitions)}",
+                    flush=True,
+                )
                 processes[victim].wait()
                 if not leased:
                     processes[victim] = await _start(argv(victim), ports[victim], logs[victim])
@@ -423,6 +494,8 @@ async def _scenario(
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+                for m in members:
+                    m.disconnect()
             group_first = [
                 min(m.answered_after_mark or float("inf") for m in by_group[g]) - killed_at
                 for g in affected

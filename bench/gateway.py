@@ -44,7 +44,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing
+from kafka_group_operator.wire import framing
 
 RESULTS = Path(__file__).parent / "results" / "gateway.json"
 PARTITIONS = 4

@@ -41,9 +41,9 @@ from kio.static.primitive import i32Timedelta
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import framing
 
 RESULTS = Path(__file__).parent / "results" / "protocol.json"
 GROUPS, MEMBERS_PER_GROUP, PARTITIONS = 20, 10, 20

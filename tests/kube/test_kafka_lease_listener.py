@@ -41,6 +41,7 @@ from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.protocol import peers
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
 from kafka_group_records import partitioning
 from tests.protocol.wire import Connection
 from tests.runtime import logs
@@ -290,7 +291,7 @@ async def test_a_consumer_through_the_gateway_reaches_the_lease_holder(
     group = _group_on(1, f"gateway-{uuid.uuid4().hex[:4]}")
     gateway = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=given.address,
             port=0,
         )

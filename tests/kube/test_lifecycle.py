@@ -16,7 +16,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import lifecycle
-from kafka_group_operator.protocol import framing
+from kafka_group_operator.wire import framing
 from tests.support import kube
 
 pytestmark = [pytest.mark.kube, pytest.mark.broker, pytest.mark.kmock(cls=kube.ApiServer)]

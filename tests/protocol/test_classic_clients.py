@@ -35,6 +35,7 @@ from kafka_group_operator.member import GroupMember, MemberConfig
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
 from tests.protocol.test_classic import subscription
 from tests.protocol.test_kip848 import topic_id
 from tests.protocol.wire import Connection
@@ -59,7 +60,7 @@ async def open_gateway(
     """A gateway in front of the listener without tokens: any group id joins."""
     served = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", open_listener.port),
             port=0,
         )

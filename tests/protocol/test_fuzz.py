@@ -21,8 +21,9 @@ from kio.schema.offset_commit.v9.request import (
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 from kio.static.primitive import i32Timedelta
 
-from kafka_group_operator.protocol import framing, routes
 from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.protocol import routes
+from kafka_group_operator.wire import framing
 from tests.protocol.test_listener import api_versions_v3, assert_serving
 from tests.protocol.wire import Connection
 

@@ -28,10 +28,12 @@ from kio.static.primitive import i8
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing, routes
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.protocol import routes
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
+from kafka_group_operator.wire import framing
 from tests.protocol.test_kip848 import topic_id
 from tests.protocol.wire import Connection
 from tests.support import topics
@@ -62,10 +64,10 @@ async def token_listener(
 
 def gateway_config(broker: embedded.EmbeddedBroker, listener_port: int) -> Any:
     return protocol_gateway.GatewayConfig(
-        bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+        bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
         coordinator=("127.0.0.1", listener_port),
-        coordinator_security=protocol_gateway.Security(
-            sasl=protocol_gateway.Sasl("PLAIN", GROUP, TOKEN)
+        coordinator_security=kafka_connection.Security(
+            sasl=kafka_connection.Sasl("PLAIN", GROUP, TOKEN)
         ),
         port=0,
     )
@@ -184,7 +186,7 @@ async def test_replies_point_at_the_gateway(
     broker: embedded.EmbeddedBroker,
     gateway_topic: str,
 ) -> None:
-    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    host, port = kafka_connection.parse_servers(broker.bootstrap)[0]
     direct = await Connection.open(port, host)
     through = await Connection.open(gateway.port)
     try:
@@ -245,7 +247,7 @@ async def test_replies_point_at_the_gateway(
 async def test_describe_cluster_and_other_coordinators_point_at_the_gateway(
     gateway: protocol_gateway.Gateway, broker: embedded.EmbeddedBroker
 ) -> None:
-    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    host, port = kafka_connection.parse_servers(broker.bootstrap)[0]
     direct = await Connection.open(port, host)
     through = await Connection.open(gateway.port)
     try:
@@ -290,7 +292,7 @@ async def test_describe_cluster_and_other_coordinators_point_at_the_gateway(
 async def test_rewritten_apis_are_capped_at_what_kio_reads_on_every_port(
     gateway: protocol_gateway.Gateway, broker: embedded.EmbeddedBroker
 ) -> None:
-    host, port = protocol_gateway.parse_servers(broker.bootstrap)[0]
+    host, port = kafka_connection.parse_servers(broker.bootstrap)[0]
     versions = ApiVersionsRequest(client_software_name="t", client_software_version="1")
     direct = await Connection.open(port, host)
     try:

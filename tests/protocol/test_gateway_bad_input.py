@@ -14,9 +14,10 @@ import pytest_asyncio
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.wire import connection as kafka_connection
+from kafka_group_operator.wire import framing
 from tests.protocol.test_listener import api_versions_v3
 from tests.protocol.wire import Connection
 
@@ -33,7 +34,7 @@ async def gateway(
 ) -> AsyncIterator[protocol_gateway.Gateway]:
     served = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", open_listener.port),
             port=0,
             max_request_bytes=64 * 1024,

@@ -33,8 +33,9 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing
 from kafka_group_operator.protocol import gateway as protocol_gateway
+from kafka_group_operator.wire import connection as kafka_connection
+from kafka_group_operator.wire import framing
 from tests.protocol.test_listener import api_versions_v3, self_signed
 
 pytestmark = [pytest.mark.broker]
@@ -161,7 +162,7 @@ async def relay(
 async def broker_port_via(
     broker_address: tuple[str, int],
     upstream: tuple[str, int],
-    security: protocol_gateway.Security | None = None,
+    security: kafka_connection.Security | None = None,
     max_request_bytes: int = protocol_gateway.MAX_REQUEST_BYTES,
 ) -> AsyncIterator[tuple[protocol_gateway.Gateway, int]]:
     """A gateway in front of ``broker_address``, and the local port of that broker, whose
@@ -170,7 +171,7 @@ async def broker_port_via(
         protocol_gateway.GatewayConfig(
             bootstrap_servers=(broker_address,),
             coordinator=("127.0.0.1", embedded.free_port()),
-            brokers_security=security or protocol_gateway.Security(),
+            brokers_security=security or kafka_connection.Security(),
             port=0,
             max_request_bytes=max_request_bytes,
         )
@@ -197,7 +198,7 @@ async def node_id(broker: tuple[str, int]) -> int:
 
 
 def address(broker: embedded.EmbeddedBroker) -> tuple[str, int]:
-    return protocol_gateway.parse_servers(broker.bootstrap)[0]
+    return kafka_connection.parse_servers(broker.bootstrap)[0]
 
 
 @LOOPS
@@ -210,7 +211,7 @@ def test_replies_a_byte_at_a_time_pass_intact_and_rewritten_ones_are_rewritten(
         cert, key = self_signed(tmp_path)
         server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server_tls.load_cert_chain(cert, key)
-        client_tls = protocol_gateway.tls_context(str(cert))
+        client_tls = kafka_connection.tls_context(str(cert))
 
     async def scenario() -> None:
         async with (
@@ -218,7 +219,7 @@ def test_replies_a_byte_at_a_time_pass_intact_and_rewritten_ones_are_rewritten(
             broker_port_via(
                 address(broker),
                 ("127.0.0.1", relayed.port),
-                protocol_gateway.Security(tls=client_tls),
+                kafka_connection.Security(tls=client_tls),
             ) as (gateway, port),
         ):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

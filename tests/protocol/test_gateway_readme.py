@@ -20,6 +20,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
 from tests.cli.conftest import ROOT
 from tests.protocol.test_kip848 import topic_id
 from tests.support import topics
@@ -55,10 +56,10 @@ async def test_the_readme_consumer_through_the_gateway(
     await listener.start()
     gateway = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", listener.port),
-            coordinator_security=protocol_gateway.Security(
-                sasl=protocol_gateway.Sasl("PLAIN", group, token)
+            coordinator_security=kafka_connection.Security(
+                sasl=kafka_connection.Sasl("PLAIN", group, token)
             ),
             port=0,
         )

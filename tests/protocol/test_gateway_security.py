@@ -20,10 +20,11 @@ from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRe
 
 from kafka_group_operator.api import tokens
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.protocol import framing
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
+from kafka_group_operator.wire import framing
 from tests.protocol.test_listener import self_signed
 from tests.protocol.wire import Connection
 
@@ -34,9 +35,9 @@ GROUP, TOKEN = "secure-group", "secure-token"
 
 def test_properties_to_security(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    plain = protocol_gateway.upstream_security({})
-    assert plain == protocol_gateway.Security()
-    secured = protocol_gateway.upstream_security(
+    plain = kafka_connection.upstream_security({})
+    assert plain == kafka_connection.Security()
+    secured = kafka_connection.upstream_security(
         {
             "security.protocol": "SASL_SSL",
             "ssl.ca.location": str(cert),
@@ -48,10 +49,10 @@ def test_properties_to_security(tmp_path: Path) -> None:
             "fetch.min.bytes": "1",  # a client setting, not the gateway's
         }
     )
-    assert secured.sasl == protocol_gateway.Sasl("SCRAM-SHA-512", "app", "secret")
+    assert secured.sasl == kafka_connection.Sasl("SCRAM-SHA-512", "app", "secret")
     assert secured.tls is not None
     assert secured.tls.check_hostname
-    unchecked = protocol_gateway.upstream_security(
+    unchecked = kafka_connection.upstream_security(
         {"security.protocol": "ssl", "ssl.endpoint.identification.algorithm": "none"}
     )
     assert unchecked.tls is not None
@@ -77,7 +78,7 @@ def test_properties_to_security(tmp_path: Path) -> None:
 )
 def test_unusable_properties_are_refused_by_name(properties: dict[str, str], message: str) -> None:
     with pytest.raises(protocol_gateway.GatewayConfigError, match=message):
-        protocol_gateway.upstream_security(properties)
+        kafka_connection.upstream_security(properties)
 
 
 @pytest_asyncio.fixture(loop_scope="package")
@@ -108,8 +109,8 @@ async def test_tls_and_plain_upstream_from_properties(
         "sasl.username": GROUP,
         "sasl.password": TOKEN,
     }
-    reader, writer = await protocol_gateway.connect(
-        address, protocol_gateway.upstream_security(good)
+    reader, writer = await kafka_connection.connect(
+        address, kafka_connection.upstream_security(good)
     )
     # Authenticated over TLS: the group's offsets are served on this connection.
     connection = Connection(reader, writer)
@@ -121,17 +122,17 @@ async def test_tls_and_plain_upstream_from_properties(
         assert (await connection.call(request)).groups[0].error_code == ErrorCode.none
     finally:
         await connection.close()
-    with pytest.raises(protocol_gateway.UpstreamError, match="authentication failed"):
-        await protocol_gateway.connect(
-            address, protocol_gateway.upstream_security({**good, "sasl.password": "wrong"})
+    with pytest.raises(kafka_connection.UpstreamError, match="authentication failed"):
+        await kafka_connection.connect(
+            address, kafka_connection.upstream_security({**good, "sasl.password": "wrong"})
         )
     # A certificate the CA file does not vouch for is refused.
     (tmp_path / "other").mkdir()
     other_ca, _ = self_signed(tmp_path / "other")
-    with pytest.raises(protocol_gateway.UpstreamError, match="cannot connect"):
-        await protocol_gateway.connect(
+    with pytest.raises(kafka_connection.UpstreamError, match="cannot connect"):
+        await kafka_connection.connect(
             address,
-            protocol_gateway.upstream_security({**good, "ssl.ca.location": str(other_ca)}),
+            kafka_connection.upstream_security({**good, "ssl.ca.location": str(other_ca)}),
         )
 
 
@@ -142,11 +143,11 @@ async def test_gateway_reaches_a_tls_listener_as_the_group(
     listener, cert = tls_listener
     served = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", listener.port),
-            coordinator_security=protocol_gateway.Security(
-                protocol_gateway.tls_context(str(cert)),
-                protocol_gateway.Sasl("PLAIN", GROUP, TOKEN),
+            coordinator_security=kafka_connection.Security(
+                kafka_connection.tls_context(str(cert)),
+                kafka_connection.Sasl("PLAIN", GROUP, TOKEN),
             ),
             port=0,
         )
@@ -253,7 +254,7 @@ async def test_scram_upstream(mechanism: str) -> None:
     port = await server.start()
     address = ("127.0.0.1", port)
     try:
-        security = protocol_gateway.upstream_security(
+        security = kafka_connection.upstream_security(
             {
                 "security.protocol": "sasl_plaintext",
                 "sasl.mechanism": mechanism,
@@ -261,16 +262,16 @@ async def test_scram_upstream(mechanism: str) -> None:
                 "sasl.password": "pencil",
             }
         )
-        _, writer = await protocol_gateway.connect(address, security)
+        _, writer = await kafka_connection.connect(address, security)
         writer.close()
         assert server.authenticated == ["app"]
-        wrong = protocol_gateway.Security(sasl=protocol_gateway.Sasl(mechanism, "app", "nope"))
-        with pytest.raises(protocol_gateway.UpstreamError, match="authentication failed"):
-            await protocol_gateway.connect(address, wrong)
+        wrong = kafka_connection.Security(sasl=kafka_connection.Sasl(mechanism, "app", "nope"))
+        with pytest.raises(kafka_connection.UpstreamError, match="authentication failed"):
+            await kafka_connection.connect(address, wrong)
         other = "SCRAM-SHA-512" if mechanism == "SCRAM-SHA-256" else "SCRAM-SHA-256"
-        mismatch = protocol_gateway.Security(sasl=protocol_gateway.Sasl(other, "app", "pencil"))
-        with pytest.raises(protocol_gateway.UpstreamError, match="UNSUPPORTED_SASL_MECHANISM"):
-            await protocol_gateway.connect(address, mismatch)
+        mismatch = kafka_connection.Security(sasl=kafka_connection.Sasl(other, "app", "pencil"))
+        with pytest.raises(kafka_connection.UpstreamError, match="UNSUPPORTED_SASL_MECHANISM"):
+            await kafka_connection.connect(address, mismatch)
     finally:
         await server.stop()
 
@@ -281,11 +282,11 @@ async def test_scram_server_signature_is_checked() -> None:
     server = ScramServer("SCRAM-SHA-256", {"app": "pencil"}, forge=True)
     port = await server.start()
     try:
-        security = protocol_gateway.Security(
-            sasl=protocol_gateway.Sasl("SCRAM-SHA-256", "app", "pencil")
+        security = kafka_connection.Security(
+            sasl=kafka_connection.Sasl("SCRAM-SHA-256", "app", "pencil")
         )
-        with pytest.raises(protocol_gateway.UpstreamError, match="SCRAM-SHA-256"):
-            await protocol_gateway.connect(("127.0.0.1", port), security)
+        with pytest.raises(kafka_connection.UpstreamError, match="SCRAM-SHA-256"):
+            await kafka_connection.connect(("127.0.0.1", port), security)
     finally:
         await server.stop()
 
@@ -293,11 +294,11 @@ async def test_scram_server_signature_is_checked() -> None:
 @ASYNC
 async def test_unreachable_upstream_is_one_error() -> None:
     port = embedded.free_port()
-    with pytest.raises(protocol_gateway.UpstreamError, match=f"cannot connect to 127.0.0.1:{port}"):
-        await protocol_gateway.connect(("127.0.0.1", port), protocol_gateway.Security())
+    with pytest.raises(kafka_connection.UpstreamError, match=f"cannot connect to 127.0.0.1:{port}"):
+        await kafka_connection.connect(("127.0.0.1", port), kafka_connection.Security())
 
 
 def test_tls_context_checks_the_certificate_chain(tmp_path: Path) -> None:
     cert, _ = self_signed(tmp_path)
-    context = protocol_gateway.tls_context(str(cert))
+    context = kafka_connection.tls_context(str(cert))
     assert context.verify_mode == ssl.CERT_REQUIRED

@@ -30,9 +30,10 @@ from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from kafka_group_operator.protocol import framing, routes
 from kafka_group_operator.protocol import listener as protocol_listener
+from kafka_group_operator.protocol import routes
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import framing
 from tests.protocol.conftest import TOKENS
 from tests.protocol.wire import Connection
 

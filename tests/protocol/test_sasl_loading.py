@@ -25,6 +25,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
 from tests.protocol.test_clients import kafka_python_admin
 from tests.protocol.test_kip848 import topic_id
 from tests.protocol.test_listener import plain
@@ -179,10 +180,10 @@ async def test_a_consumer_joins_through_the_gateway_while_the_tokens_load(
     served = await start(runtime, 5.0)
     gateway = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", served.port),
-            coordinator_security=protocol_gateway.Security(
-                sasl=protocol_gateway.Sasl("PLAIN", GROUP, TOKEN)
+            coordinator_security=kafka_connection.Security(
+                sasl=kafka_connection.Sasl("PLAIN", GROUP, TOKEN)
             ),
             port=0,
         )

@@ -20,9 +20,10 @@ from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 
 from kafka_group_operator.coordinator import messages
-from kafka_group_operator.protocol import dispatch, framing
+from kafka_group_operator.protocol import dispatch
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import framing
 from tests.protocol.test_kip848 import heartbeat, owned, topic_id
 from tests.protocol.test_listener import api_versions_v3, assert_serving
 from tests.protocol.wire import Connection

@@ -7,7 +7,7 @@ import contextlib
 import ssl
 from typing import Any
 
-from kafka_group_operator.protocol import framing
+from kafka_group_operator.wire import framing
 
 
 class Connection:

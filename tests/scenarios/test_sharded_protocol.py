@@ -36,6 +36,7 @@ from kio.static.primitive import i8
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import peers
+from kafka_group_operator.wire import connection as kafka_connection
 from kafka_group_records import partitioning
 from tests.protocol.wire import Connection
 from tests.support import processes as processes_support
@@ -248,7 +249,7 @@ async def test_a_consumer_through_the_gateway_reaches_its_groups_coordinator(
     group = group_on(1, f"gateway-{protocol}-{uuid.uuid4().hex[:4]}")
     gateway = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=protocol_gateway.parse_servers(broker.bootstrap),
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=serving.address(0),
             port=0,
         )

@@ -76,6 +76,7 @@ def build_config(args: argparse.Namespace) -> Any:
     """The ``GatewayConfig`` of the command line; ``UsageError`` for what is missing or bad."""
     from kafka_group_operator.member import config as member_config
     from kafka_group_operator.protocol import gateway
+    from kafka_group_operator.wire import connection
 
     if not args.bootstrap:
         raise common.UsageError("--bootstrap is required (or KGO_UPSTREAM_BOOTSTRAP_SERVERS)")
@@ -89,29 +90,29 @@ def build_config(args: argparse.Namespace) -> Any:
             if args.kafka_config_dir
             else {}
         )
-        brokers = gateway.upstream_security(properties)
-    except (member_config.ConfigError, gateway.GatewayConfigError) as error:
+        brokers = connection.upstream_security(properties)
+    except (member_config.ConfigError, connection.ConfigError) as error:
         raise common.UsageError(f"--kafka-config-dir: {error}") from None
     try:
-        bootstrap = gateway.parse_servers(args.bootstrap)
-    except gateway.GatewayConfigError as error:
+        bootstrap = connection.parse_servers(args.bootstrap)
+    except connection.ConfigError as error:
         raise common.UsageError(f"--bootstrap: {error}") from None
     try:
-        coordinator = gateway.parse_servers(args.coordinator)
-    except gateway.GatewayConfigError as error:
+        coordinator = connection.parse_servers(args.coordinator)
+    except connection.ConfigError as error:
         raise common.UsageError(f"--coordinator: {error}") from None
     if len(coordinator) != 1:
         raise common.UsageError(f"--coordinator takes one host:port, not {args.coordinator!r}")
     try:
-        tls = gateway.tls_context(str(args.coordinator_ca)) if args.coordinator_ca else None
+        tls = connection.tls_context(str(args.coordinator_ca)) if args.coordinator_ca else None
     except (OSError, ssl.SSLError) as error:
         raise common.UsageError(f"--coordinator-ca: {error}") from None
-    sasl = gateway.Sasl("PLAIN", args.group_id, args.token) if args.group_id else None
+    sasl = connection.Sasl("PLAIN", args.group_id, args.token) if args.group_id else None
     return gateway.GatewayConfig(
         bootstrap_servers=bootstrap,
         coordinator=coordinator[0],
         brokers_security=brokers,
-        coordinator_security=gateway.Security(tls, sasl),
+        coordinator_security=connection.Security(tls, sasl),
         host=args.host,
         port=args.port,
     )

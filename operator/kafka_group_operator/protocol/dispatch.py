@@ -22,7 +22,8 @@ from kio.static.primitive import i32Timedelta
 
 from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.protocol import framing, peers
+from kafka_group_operator.protocol import peers
+from kafka_group_operator.wire import framing
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 

@@ -51,16 +51,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import scramp  # type: ignore[import-untyped]
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v1.request import MetadataRequest
-from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
-from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.static.primitive import i8, i16, i32
 
-from kafka_group_operator.protocol import framing
+from kafka_group_operator.wire import connection, framing
+from kafka_group_operator.wire.connection import (
+    STREAM_LIMIT,
+    Security,
+    UpstreamError,
+    authenticate,
+    connect,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,35 +91,10 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 _VERSIONS_REPLIES = 64
 # Requests of one client connection on the coordinator port awaiting their replies.
 MAX_IN_FLIGHT = 64
-# Stream buffers (the coordinator ports, the gateway's own requests): a large reply is read
-# without pausing the socket each MB.
-STREAM_LIMIT = 8 * 1024 * 1024
-
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _CORRELATION = struct.Struct(">i")
 
-
-class GatewayConfigError(ValueError):
-    """The gateway's settings are unusable (named property and reason)."""
-
-
-class UpstreamError(Exception):
-    """An upstream could not be reached, or refused the gateway's authentication."""
-
-
-@dataclass(frozen=True)
-class Sasl:
-    mechanism: str
-    username: str
-    password: str
-
-
-@dataclass(frozen=True)
-class Security:
-    """How the gateway connects to one side: TLS (a context) and SASL (credentials)."""
-
-    tls: ssl.SSLContext | None = None
-    sasl: Sasl | None = None
+# The connection settings the gateway is given are checked as it starts: one error type.
+GatewayConfigError = connection.ConfigError
 
 
 @dataclass(frozen=True)
@@ -132,161 +111,6 @@ class GatewayConfig:
     coordinator_node_id: int = 1_000_000
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_response_bytes: int = MAX_RESPONSE_BYTES
-
-
-def parse_servers(servers: str) -> tuple[tuple[str, int], ...]:
-    """``host:port,host:port`` -> ((host, port), ...); ``GatewayConfigError`` if malformed."""
-    parsed = []
-    for server in servers.split(","):
-        server = server.strip()
-        if not server:
-            continue
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise GatewayConfigError(f"{server!r} is not host:port")
-        parsed.append((host.strip("[]"), int(port)))
-    if not parsed:
-        raise GatewayConfigError("no server given")
-    return tuple(parsed)
-
-
-def tls_context(
-    ca_file: str | None = None,
-    certificate_file: str | None = None,
-    key_file: str | None = None,
-    key_password: str | None = None,
-    check_hostname: bool = True,
-) -> ssl.SSLContext:
-    """A client TLS context: the system's CAs or ``ca_file``, an optional client certificate."""
-    context = ssl.create_default_context(cafile=ca_file)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.check_hostname = check_hostname
-    if certificate_file:
-        context.load_cert_chain(certificate_file, key_file, key_password)
-    return context
-
-
-def upstream_security(properties: Mapping[str, str]) -> Security:
-    """The brokers' ``Security`` from librdkafka properties (those members read from
-    ``KGO_KAFKA_CONFIG_DIR``): ``security.protocol``, ``ssl.ca.location``,
-    ``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``,
-    ``ssl.endpoint.identification.algorithm``, ``sasl.mechanism(s)``, ``sasl.username``,
-    ``sasl.password``. Other properties (client tuning) are not the gateway's and ignored."""
-    protocol = properties.get("security.protocol", "plaintext").strip().lower()
-    if protocol not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
-        raise GatewayConfigError(f"security.protocol {protocol!r} is not supported")
-    tls = None
-    if protocol in ("ssl", "sasl_ssl"):
-        verify = properties.get("ssl.endpoint.identification.algorithm", "https").lower()
-        try:
-            tls = tls_context(
-                properties.get("ssl.ca.location"),
-                properties.get("ssl.certificate.location"),
-                properties.get("ssl.key.location"),
-                properties.get("ssl.key.password"),
-                check_hostname=verify != "none",
-            )
-        except (OSError, ssl.SSLError) as error:
-            raise GatewayConfigError(f"TLS settings: {error}") from None
-    sasl = None
-    if protocol.startswith("sasl_"):
-        mechanism = (
-            properties.get("sasl.mechanism") or properties.get("sasl.mechanisms") or "GSSAPI"
-        ).strip()
-        if mechanism not in SASL_MECHANISMS:
-            raise GatewayConfigError(
-                f"sasl.mechanism {mechanism!r} is not supported (one of {SASL_MECHANISMS})"
-            )
-        username, password = properties.get("sasl.username"), properties.get("sasl.password")
-        if not username or not password:
-            raise GatewayConfigError(f"SASL {mechanism} needs sasl.username and sasl.password")
-        sasl = Sasl(mechanism, username, password)
-    return Security(tls, sasl)
-
-
-# --- upstream connections -------------------------------------------------------------
-
-
-async def _call(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: Any, correlation_id: int
-) -> Any:
-    """The gateway's own request on a fresh upstream connection (before any client's)."""
-    writer.write(framing.encode_request(body, correlation_id, client_id="kgo-gateway"))
-    await writer.drain()
-    payload = await framing.read_frame(reader)
-    if payload is None:
-        raise UpstreamError("the upstream closed the connection")
-    schema = framing.response_type(body.__api_key__, body.__version__)
-    correlation, response = framing.read_response(payload, schema)
-    if correlation != correlation_id:
-        raise UpstreamError(f"reply {correlation} to request {correlation_id}")
-    return response
-
-
-async def authenticate(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: Sasl
-) -> None:
-    """SaslHandshake v1 then SaslAuthenticate v1 (KIP-152): PLAIN (RFC 4616) in one round,
-    SCRAM (RFC 5802, as Kafka's KIP-84) in two, the server's signature checked."""
-    handshake = await _call(reader, writer, SaslHandshakeRequest(mechanism=sasl.mechanism), -1)
-    if handshake.error_code != ErrorCode.none:
-        raise UpstreamError(
-            f"SASL mechanism {sasl.mechanism} refused ({handshake.error_code.name.upper()}); "
-            f"the server offers {list(handshake.mechanisms)}"
-        )
-
-    async def step(message: bytes, correlation_id: int) -> bytes:
-        reply = await _call(
-            reader, writer, SaslAuthenticateRequest(auth_bytes=message), correlation_id
-        )
-        if reply.error_code != ErrorCode.none:
-            raise UpstreamError(
-                f"SASL {sasl.mechanism} authentication failed: "
-                f"{reply.error_message or reply.error_code.name.upper()}"
-            )
-        return bytes(reply.auth_bytes)
-
-    if sasl.mechanism == "PLAIN":
-        await step(f"\0{sasl.username}\0{sasl.password}".encode(), -2)
-        return
-    client = scramp.ScramClient([sasl.mechanism], sasl.username, sasl.password)
-    server_first = await step(client.get_client_first().encode(), -2)
-    try:
-        client.set_server_first(server_first.decode())
-        server_final = await step(client.get_client_final().encode(), -3)
-        client.set_server_final(server_final.decode())
-    except (scramp.ScramException, UnicodeError) as error:
-        raise UpstreamError(f"SASL {sasl.mechanism}: {error}") from None
-
-
-async def connect(
-    address: tuple[str, int], security: Security, timeout_s: float = 10.0
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """An upstream connection, TLS and SASL done; ``UpstreamError`` if that fails."""
-    host, port = address
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                host,
-                port,
-                ssl=security.tls,
-                server_hostname=host if security.tls else None,
-                limit=STREAM_LIMIT,
-            ),
-            timeout_s,
-        )
-    except (OSError, ssl.SSLError, TimeoutError) as error:
-        raise UpstreamError(f"cannot connect to {host}:{port}: {error}") from None
-    if security.sasl is not None:
-        try:
-            await asyncio.wait_for(authenticate(reader, writer, security.sasl), timeout_s)
-        except (OSError, ssl.SSLError, TimeoutError, framing.FrameError) as error:
-            writer.close()
-            raise UpstreamError(f"authenticating to {host}:{port}: {error}") from None
-        except UpstreamError:
-            writer.close()
-            raise
-    return reader, writer
 
 
 async def _close(writer: asyncio.StreamWriter | None) -> None:
@@ -524,7 +348,7 @@ class Gateway:
         )
         try:
             # The listener's versions, for the ApiVersions replies of the coordinator port.
-            versions = await _call(
+            versions = await connection.call(
                 up_reader,
                 up_writer,
                 ApiVersionsRequest(client_software_name="kgo-gateway", client_software_version="1"),
@@ -540,7 +364,9 @@ class Gateway:
             if address == self.config.coordinator and self._listener_node_id is None:
                 # Its own node id (its Metadata's controller): FindCoordinator answers that
                 # name it mean the coordinator port, whatever address it advertises.
-                metadata = await _call(up_reader, up_writer, MetadataRequest(topics=()), -5)
+                metadata = await connection.call(
+                    up_reader, up_writer, MetadataRequest(topics=()), -5
+                )
                 self._listener_node_id = int(metadata.controller_id)
         except (OSError, framing.FrameError) as error:
             await _close(up_writer)
@@ -756,7 +582,7 @@ class Gateway:
                     key_type=i8(GROUP_KEY_TYPE), coordinator_keys=tuple(keys)
                 )
                 reply = await asyncio.wait_for(
-                    _call(*self._resolver, request, self._resolver_calls), 10.0
+                    connection.call(*self._resolver, request, self._resolver_calls), 10.0
                 )
             except (OSError, TimeoutError, framing.FrameError, UpstreamError) as error:
                 logger.info("cannot ask the coordinator listener who coordinates: %s", error)
@@ -823,13 +649,6 @@ def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
 _REQUEST_HEAD = 8
 
 
-def _correlation(payload: bytes) -> int:
-    if len(payload) < _CORRELATION.size:
-        raise framing.FrameError("reply shorter than its correlation id")
-    (correlation_id,) = _CORRELATION.unpack_from(payload)
-    return int(correlation_id)
-
-
 async def _first_to_end(*pumps: Any) -> None:
     """Run both directions of a connection; when one ends (or fails), end the other."""
     tasks = [asyncio.ensure_future(pump) for pump in pumps]
@@ -869,9 +688,9 @@ class _Lane:
                 if not self._waiting:
                     raise framing.FrameError("a reply to no request")
                 correlation_id, reply = self._waiting.popleft()
-                if _correlation(payload) != correlation_id:
+                if framing.peek_correlation(payload) != correlation_id:
                     raise framing.FrameError(
-                        f"reply {_correlation(payload)} to request {correlation_id}"
+                        f"reply {framing.peek_correlation(payload)} to request {correlation_id}"
                     )
                 reply.set_result(payload)
         except (framing.FrameError, ConnectionError, ssl.SSLError) as failure:

@@ -33,7 +33,8 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from kafka_group_operator.api import tokens
-from kafka_group_operator.protocol import dispatch, framing, peers, routes
+from kafka_group_operator.protocol import dispatch, peers, routes
+from kafka_group_operator.wire import framing
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,14 @@ How, and why so:
   last mirrored, every ``interval_seconds``, and commits only what changed, in one
   member-less OffsetCommit. So the hot path pays nothing: commits are neither delayed nor
   observed, and at most one OffsetCommit per group per interval reaches the brokers.
-* The commit is sent by a consumer of the group that never subscribes (member id ``""``,
-  generation -1), not by the admin client's ``alter_consumer_group_offsets``: librdkafka
-  aborts the whole process when a connection drops under one of the admin client's
-  coordinator requests (confluentinc/librdkafka#4605), and brokers do drop.
+* The commit is member-less (member id ``""``, generation -1), as Kafka's admin client sends
+  AlterConsumerGroupOffsets, and every group of a cluster shares one connection per broker
+  (``wire.offset_commits``): a librdkafka consumer per group (its ``group.id`` is fixed)
+  cost three threads and two connections a group, and librdkafka's admin client can abort
+  the process when a connection drops under a coordinator request
+  (confluentinc/librdkafka#4605). Security settings (TLS, SASL PLAIN and SCRAM) come from
+  the same librdkafka properties as every other client of the operator; settings it cannot
+  honour are the group's ``MirrorFailed`` reason.
 * The brokers accept a member-less commit only while their own group has no members. A
   refusal (``UNKNOWN_MEMBER_ID`` while native consumers are still active) or an outage never
   touches a commit of ours: the attempt is retried with backoff and the group's
@@ -41,18 +45,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException
-from confluent_kafka import TopicPartition as KafkaTopicPartition
-
 from kafka_group_operator.coordinator import errors, messages
+from kafka_group_operator.wire import connection, offset_commits
 
 logger = logging.getLogger(__name__)
 
 # A failed attempt is retried after the interval doubled per consecutive failure, at most this.
 MAX_BACKOFF_SECONDS = 30.0
-# librdkafka's syslog level: 0 logs nothing (its default repeats every failed connect; the
-# status already says the brokers cannot be reached).
-_QUIET: dict[str, str | int | float | bool] = {"log_level": 0, "log.connection.close": False}
 
 TopicPartition = messages.TopicPartition
 # Reads a group's committed offsets, or raises a coordinator error when it is not served here.
@@ -99,10 +98,6 @@ class _Group:
     def __init__(self, group_id: str, target: MirrorTarget) -> None:
         self.group_id = group_id
         self.target = target
-        # The consumer that commits, and the target it was made for. Created, used and closed
-        # only under ``lock``: librdkafka must not close a consumer that is committing.
-        self._consumer: Consumer | None = None
-        self._consumer_target: MirrorTarget | None = None
         # (offset, metadata) the native group holds, as far as this task knows.
         self.mirrored: dict[TopicPartition, tuple[int, str]] = {}
         self.status = MirrorStatus(MirrorReason.PENDING, "not mirrored yet")
@@ -111,35 +106,14 @@ class _Group:
         self.stopped = False
         self.task: asyncio.Task[None] | None = None
 
-    async def consumer(self) -> Consumer:
-        """A consumer of the group that never subscribes: it only commits, member-less.
-        Call under ``lock``."""
-        if self._consumer is not None and self._consumer_target != self.target:
-            await self.close_consumer()
-        if self._consumer is None:
-            target = self.target
-            self._consumer_target = target
-            timeout_ms = round(target.request_timeout_seconds * 1000)
-            self._consumer = Consumer(
-                {
-                    **target.kafka_config,
-                    **_QUIET,
-                    "bootstrap.servers": target.bootstrap_servers,
-                    "group.id": self.group_id,
-                    "enable.auto.commit": False,
-                    # How long a synchronous commit waits for the group's coordinator.
-                    "session.timeout.ms": timeout_ms,
-                    "socket.timeout.ms": timeout_ms,
-                }
-            )
-        return self._consumer
 
-    async def close_consumer(self) -> None:
-        """Call under ``lock``."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            # Off the event loop: closing may wait for the group's coordinator.
-            await asyncio.to_thread(consumer.close)
+def _cluster(target: MirrorTarget) -> tuple[str, frozenset[tuple[str, str]], float]:
+    """What a committer is shared on: the cluster, its client settings, the timeout."""
+    return (
+        target.bootstrap_servers,
+        frozenset(target.kafka_config.items()),
+        target.request_timeout_seconds,
+    )
 
 
 class OffsetMirror:
@@ -148,6 +122,11 @@ class OffsetMirror:
     def __init__(self, read_offsets: OffsetReader) -> None:
         self._read = read_offsets
         self._groups: dict[str, _Group] = {}
+        # One committer per cluster (and settings), shared by its groups.
+        self._committers: dict[
+            tuple[str, frozenset[tuple[str, str]], float], offset_commits.OffsetCommitter
+        ] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def configure(self, group_id: str, target: MirrorTarget | None) -> None:
         """Mirror ``group_id`` to ``target`` from now on (None: stop mirroring it)."""
@@ -168,7 +147,7 @@ class OffsetMirror:
 
     def remove(self, group_id: str) -> None:
         """Stop mirroring ``group_id``: its task ends after the attempt under way, if any
-        (a commit is never abandoned half-way), and closes its consumer."""
+        (a commit is never abandoned half-way)."""
         state = self._groups.pop(group_id, None)
         if state is not None:
             state.stopped = True
@@ -199,13 +178,13 @@ class OffsetMirror:
             self.remove(group_id)
         tasks = [state.task for state in states if state.task is not None]
         await asyncio.gather(*tasks, return_exceptions=True)
+        committers = list(self._committers.values())
+        self._committers.clear()
+        for committer in committers:
+            await committer.close()
 
     async def _run(self, state: _Group) -> None:
-        try:
-            await self._loop(state)
-        finally:
-            async with state.lock:
-                await state.close_consumer()
+        await self._loop(state)
 
     async def _loop(self, state: _Group) -> None:
         while not state.stopped:
@@ -276,40 +255,33 @@ class OffsetMirror:
     ) -> dict[TopicPartition, str]:
         """One member-less OffsetCommit of ``changed``; the error of each partition that the
         brokers did not take (all of them when the request failed)."""
-        offsets = [
-            KafkaTopicPartition(topic, partition, offset, metadata=metadata)
-            for (topic, partition), (offset, metadata) in sorted(changed.items())
-        ]
-        consumer = await state.consumer()
         try:
-            answered = await asyncio.to_thread(consumer.commit, offsets=offsets, asynchronous=False)
-        except KafkaException as error:
-            return dict.fromkeys(changed, _error_text(error))
-        failed: dict[TopicPartition, str] = {}
-        for partition in answered or ():
-            tp = (partition.topic, partition.partition)
-            if tp not in changed:
-                continue
-            if partition.error is not None:
-                failed[tp] = partition.error.name()
-            else:
-                state.mirrored[tp] = changed[tp]
-        # A partition the answer does not name was not committed either.
-        for tp in changed:
-            if state.mirrored.get(tp) != changed[tp]:
-                failed.setdefault(tp, "no answer for the partition")
+            committer = self._committer(state.target)
+            failed = await committer.commit(state.group_id, changed)
+        except connection.ConfigError as error:
+            return dict.fromkeys(changed, f"unusable client settings: {error}")
+        except offset_commits.CommitFailed as error:
+            return dict.fromkeys(changed, str(error))
+        for tp, value in changed.items():
+            if tp not in failed:
+                state.mirrored[tp] = value
         return failed
 
-
-def _error_text(error: BaseException) -> str:
-    if isinstance(error, TimeoutError):
-        return "no answer from the brokers"
-    if isinstance(error, KafkaException) and error.args:
-        kafka_error = error.args[0]
-        name = getattr(kafka_error, "name", None)
-        if callable(name):
-            return f"{name()}: {kafka_error.str()}"
-    return str(error)
+    def _committer(self, target: MirrorTarget) -> offset_commits.OffsetCommitter:
+        key = _cluster(target)
+        committer = self._committers.get(key)
+        if committer is None:
+            committer = offset_commits.OffsetCommitter(
+                target.bootstrap_servers, target.kafka_config, target.request_timeout_seconds
+            )
+            self._committers[key] = committer
+            # Settings no group uses any more (a group retargeted) let their connections go.
+            used = {_cluster(state.target) for state in self._groups.values()}
+            for stale in [k for k in self._committers if k not in used and k != key]:
+                closing = asyncio.create_task(self._committers.pop(stale).close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+        return committer
 
 
 def _failure_message(target: MirrorTarget, failures: Mapping[TopicPartition, str]) -> str:

@@ -32,7 +32,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 from kio.static.primitive import i16, i32
 
-from kafka_group_operator.protocol import tagged
+from kafka_group_operator.wire import tagged
 
 API_VERSIONS_KEY = 18
 
@@ -205,6 +205,14 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None = "kgo"
     )
     entity_writer(type(body))(buffer, body)
     return frame(buffer.getvalue())
+
+
+def peek_correlation(payload: bytes) -> int:
+    """A response's correlation id (its first field), ``FrameError`` if it has none."""
+    if len(payload) < _CORRELATION.size:
+        raise FrameError("reply shorter than its correlation id")
+    (correlation_id,) = _CORRELATION.unpack_from(payload)
+    return int(correlation_id)
 
 
 def read_response(payload: bytes, schema: type[Any]) -> tuple[int, Any]:
