@@ -6,7 +6,8 @@ processes with a 3 s Lease (renew deadline 2 s, an election round every 0.75 s) 
 state topic of 12 partitions. ``N`` groups of ``M`` members each (a load generator speaking
 the member API over HTTP, as the member library does: it follows ``NOT_COORDINATOR`` hints
 and, when the coordinator it follows is gone, asks the next replica, as a Service would send
-it) heartbeat every ``I`` ms (retrying every 0.1 s after an error) and commit their
+it) heartbeat every ``I`` ms (retrying after an error as the member library does: from 0.1 s,
+doubling, at most 1 s apart, jittered) and commit their
 partitions' offsets after a heartbeat once two seconds have passed since their last commit.
 
 Measured, once the Leases and the assignments are settled: SIGKILL the replica holding the
@@ -40,6 +41,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -54,6 +56,7 @@ from typing import Any
 import aiohttp
 
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.member import group_member
 from kafka_group_records import partitioning
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +242,7 @@ class Load:
     async def run_member(self, member: Member) -> None:
         # Spread the members over the interval.
         await asyncio.sleep((hash(member.member_id) % 1000) / 1000 * self.interval_s)
+        backoff = group_member.BACKOFF_INITIAL_S
         while not self.stopped:
             started = time.monotonic()
             try:
@@ -251,8 +255,12 @@ class Load:
                 if name in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"):
                     member.fenced += 1
                     member.epoch, member.assignment, member.owned = 0, frozenset(), None
-                await asyncio.sleep(RETRY_S)
+                # As the member library retries a coordinator moving or loading (KIP-580:
+                # doubling from 0.1 s, at most 1 s apart, 20% jitter either way).
+                await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, group_member.COORDINATOR_MOVING_BACKOFF_MAX_S)
                 continue
+            backoff = group_member.BACKOFF_INITIAL_S
             if started - member.last_commit >= COMMIT_EVERY_S:
                 member.last_commit = started
                 with contextlib.suppress(RuntimeError):

@@ -271,6 +271,44 @@ async def test_an_unknown_group_is_404(http: test_utils.TestClient[Any, Any]) ->
         await unauthenticated.close()
 
 
+async def test_a_request_met_by_a_load_is_answered_when_the_load_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Held, not refused: a member backing off a second between retries would otherwise wait
+    for its next attempt after the load."""
+    monkeypatch.setattr(app, "LOAD_WAIT_S", 30.0)
+    with embedded.running_broker() as own:
+        runtime = coordinator_runtime.CoordinatorRuntime(
+            coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=own.bootstrap, partitions=1, wait_until_loaded=False
+            )
+        )
+        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
+        await client.start_server()
+        assert own.process is not None
+        try:
+            await runtime.start()
+            os.kill(own.process.pid, signal.SIGSTOP)
+            try:
+                join = asyncio.create_task(
+                    client.post(
+                        "/v1/groups/g/heartbeat",
+                        json={"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t"]},
+                    )
+                )
+                await asyncio.sleep(1.0)
+                assert not join.done()  # held while the load cannot end
+            finally:
+                os.kill(own.process.pid, signal.SIGCONT)
+            reply = await asyncio.wait_for(join, 60)
+            body = await reply.json()
+            assert reply.status == 200, body
+            assert body["memberEpoch"] >= 1
+        finally:
+            await client.close()
+            await runtime.stop()
+
+
 async def test_503_while_the_state_loads() -> None:
     """A frozen broker holds the load back; the API answers 503 until it completes."""
     with embedded.running_broker() as own:

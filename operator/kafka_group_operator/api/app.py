@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -35,6 +35,13 @@ logger = logging.getLogger(__name__)
 
 # Heartbeats and commits are small; anything larger is a mistake or an attack.
 MAX_BODY_BYTES = 1024 * 1024
+_T = TypeVar("_T")
+# A member's heartbeat, commit or fetch that meets its group's partition loading is held until
+# the load ends, at most this long, before COORDINATOR_LOAD_IN_PROGRESS: a member backs off up
+# to a second between retries, so an immediate refusal would leave it waiting for its next
+# attempt after the load (a takeover's load takes about a second). The Kafka listener answers
+# at once, as Kafka's coordinator does.
+LOAD_WAIT_S = 2.0
 
 
 class Coordinator(Protocol):
@@ -67,6 +74,10 @@ class Coordinator(Protocol):
 
     async def read_fence(self, group_id: str, all_partitions: bool = False) -> dict[int, int]:
         """Load markers appended through the coordinator's writer; their offsets."""
+        ...
+
+    async def until_loaded(self, group_id: str, timeout_s: float) -> None:
+        """Return once the group's partition is not loading, or after ``timeout_s``."""
         ...
 
 
@@ -178,17 +189,28 @@ def _client_host(request: web.Request) -> str:
     return request.remote or ""
 
 
+async def _served(request: web.Request, group_id: str, call: Callable[[], Awaitable[_T]]) -> _T:
+    """``call()``; met by a load, once more after it (``LOAD_WAIT_S``)."""
+    try:
+        return await call()
+    except errors.CoordinatorLoadInProgress:
+        await _coordinator(request).until_loaded(group_id, LOAD_WAIT_S)
+        return await call()
+
+
 async def _heartbeat(request: web.Request) -> web.Response:
     heartbeat = wire.decode_heartbeat(
         _group(request), await _json_body(request), _client_host(request)
     )
-    response = await _coordinator(request).heartbeat(heartbeat)
+    coordinator = _coordinator(request)
+    response = await _served(request, heartbeat.group_id, lambda: coordinator.heartbeat(heartbeat))
     return web.json_response(wire.encode_heartbeat(response))
 
 
 async def _commit(request: web.Request) -> web.Response:
     commit = wire.decode_commit(_group(request), await _json_body(request))
-    response = await _coordinator(request).commit_offsets(commit)
+    coordinator = _coordinator(request)
+    response = await _served(request, commit.group_id, lambda: coordinator.commit_offsets(commit))
     return web.json_response(wire.encode_commit(response))
 
 
@@ -197,7 +219,8 @@ async def _fetch(request: web.Request) -> web.Response:
         key: request.query.getall(key) for key in set(request.query.keys())
     }
     fetch = wire.decode_fetch(_group(request), query)
-    response = await _coordinator(request).fetch_offsets(fetch)
+    coordinator = _coordinator(request)
+    response = await _served(request, fetch.group_id, lambda: coordinator.fetch_offsets(fetch))
     return web.json_response(wire.encode_fetch(response))
 
 

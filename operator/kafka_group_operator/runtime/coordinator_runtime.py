@@ -212,6 +212,18 @@ class _Partition:
     confirmed_at: float = 0.0
     # Times taken again after a fence under a Lease still held, since the Lease was taken.
     retakes: int = 0
+    # Set while the partition is not loading: what a request met by a load may wait for.
+    not_loading: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.enter(self.state)
+
+    def enter(self, state: PartitionState) -> None:
+        self.state = state
+        if state is PartitionState.LOADING:
+            self.not_loading.clear()
+        else:
+            self.not_loading.set()
 
 
 @dataclass(frozen=True)
@@ -347,7 +359,7 @@ class CoordinatorRuntime:
     async def stop(self) -> None:
         self._stopped = True
         for partition in self._partitions:
-            partition.state = PartitionState.STOPPED
+            partition.enter(PartitionState.STOPPED)
             self._fail_pending(partition, errors.CoordinatorNotAvailable("coordinator stopped"))
         await self.mirror.stop()
         tasks = [*self._tasks, *(t for p in self._partitions for t in p.tasks)]
@@ -396,7 +408,7 @@ class CoordinatorRuntime:
         if partition.state in (PartitionState.LOADING, PartitionState.ACTIVE):
             return
         self._detach(partition)
-        partition.state = PartitionState.LOADING
+        partition.enter(PartitionState.LOADING)
         partition.shard = None
         self._start_tasks(partition)
         if not self._to_acquire:
@@ -413,7 +425,7 @@ class CoordinatorRuntime:
         if partition.state in (PartitionState.NOT_SERVED, PartitionState.STOPPED):
             return
         self._detach(partition)
-        partition.state = PartitionState.NOT_SERVED
+        partition.enter(PartitionState.NOT_SERVED)
         partition.shard = None
         partition.retakes = 0  # the next Lease starts afresh
         self._to_acquire.discard(index)
@@ -790,6 +802,20 @@ class CoordinatorRuntime:
         assert state is not None
         return state
 
+    async def until_loaded(self, group_id: str, timeout_s: float) -> None:
+        """Return once ``group_id``'s partition is not loading here, or after ``timeout_s``.
+
+        For front doors that may hold a request met by a load rather than refuse it at once:
+        a member retrying a moving coordinator backs off up to a second between attempts, so
+        holding its request until the load ends answers it as soon as the group is served.
+        """
+        partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
+        if partition is None or partition.state is not PartitionState.LOADING:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await partition.not_loading.wait()
+
     def _active_shard_index(self, group_id: str) -> int:
         """The partition of ``group_id``, or the retriable error explaining why not now."""
         partition = self._partitions[self.partition_of(group_id)] if self._partitions else None
@@ -955,7 +981,7 @@ class CoordinatorRuntime:
                 write.future.set_exception(failure)
         if partition.state in (PartitionState.FENCED, PartitionState.STOPPED):
             return
-        partition.state = PartitionState.FENCED
+        partition.enter(PartitionState.FENCED)
         partition.shard = None
         self._fail_pending(partition, failure)
         if self.lease_check is not None and self._lease_held(partition.index):
@@ -998,7 +1024,7 @@ class CoordinatorRuntime:
 
     def _reload(self, partition: _Partition, reason: str) -> None:
         logger.warning("reloading state partition %d: %s", partition.index, reason)
-        partition.state = PartitionState.LOADING
+        partition.enter(PartitionState.LOADING)
         partition.shard = None
         self._fail_pending(
             partition, errors.CoordinatorLoadInProgress(f"state partition {partition.index}")
@@ -1063,7 +1089,7 @@ class CoordinatorRuntime:
             self._fence(partition, outcome, [])
             return
         if isinstance(outcome, BaseException):
-            partition.state = PartitionState.FAILED
+            partition.enter(PartitionState.FAILED)
             logger.error("state partition %d is unavailable: %s", index, outcome)
         else:
             outcome.on_loaded(self.config.clock_ms())
@@ -1074,7 +1100,7 @@ class CoordinatorRuntime:
                 future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 future.add_done_callback(_consume_outcome)
                 partition.pending.appendleft(_Write(_update_topics(topics), future, False))
-            partition.state = PartitionState.ACTIVE
+            partition.enter(PartitionState.ACTIVE)
             # Its marker, written just before the read ended, was committed.
             partition.confirmed_at = time.monotonic()
             partition.wakeup.set()
