@@ -56,11 +56,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import multiprocessing
 import os
 import platform
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -77,6 +79,8 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_records import codec, partitioning
 
 RESULTS = Path(__file__).parent / "results" / "scale.json"
+# ``--protocol=kafka``: the heartbeats on the coordinator listeners.
+RESULTS_KAFKA = Path(__file__).parent / "results" / "scale-kafka.json"
 STATE_PARTITIONS = 50
 SPLIT = ("0-16", "17-33", "34-49")
 DATA_TOPIC = "scale-orders"
@@ -86,6 +90,8 @@ HEARTBEAT_INTERVAL_MS = 60_000
 SIZES = ((1_000, 10), (3_000, 1), (1_000, 30), (3_000, 10), (10_000, 10))
 QUICK_SIZES = ((100, 10), (300, 1), (100, 30), (300, 10), (1_000, 10))
 RATES = (100, 250, 500, 1_000, 2_000, 3_000, 4_000, 6_000)
+# KIP-848's 5 s interval for 100,000 members is 20,000/s, a third of it per replica: 6,667/s.
+KAFKA_RATES = (1_000, 2_000, 4_000, 6_667, 10_000, 13_333, 20_000)
 IDLE_S = 5.0
 PRIME_RATE = 100
 PRIME_S = 20.0
@@ -307,9 +313,11 @@ def _rss_bytes(pid: int) -> int:
 class Replicas:
     """Three ``kgo coordinator`` processes, each serving its third of the state topic."""
 
-    def __init__(self, bootstrap: str, state_topic: str, work: Path) -> None:
+    def __init__(self, bootstrap: str, state_topic: str, work: Path, kafka: bool = False) -> None:
         self.ports = [embedded.free_port() for _ in SPLIT]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
+        # With ``kafka``, each replica's coordinator listener too (the Kafka protocol).
+        self.kafka_ports = [embedded.free_port() for _ in SPLIT] if kafka else []
         self.logs = [work / f"{state_topic}-{index}.log" for index in range(len(SPLIT))]
         self.processes: list[subprocess.Popen[bytes]] = []
         for index, served in enumerate(SPLIT):
@@ -319,6 +327,8 @@ class Replicas:
                 "--topic", state_topic, "--state-partitions", str(STATE_PARTITIONS),
                 "--partitions", served, "--log-level", "WARNING",
             ]  # fmt: skip
+            if kafka:
+                argv += ["--kafka-port", str(self.kafka_ports[index])]
             with self.logs[index].open("ab") as log:
                 self.processes.append(
                     subprocess.Popen(
@@ -357,18 +367,29 @@ class Replicas:
 
 
 def _heartbeat_load(
-    urls: list[str], members: list[tuple[str, str, int]], connection: Any, processes: int
+    urls: list[str],
+    members: list[tuple[str, str, int]],
+    connection: Any,
+    processes: int,
+    kafka_ports: list[int] | None = None,
 ) -> None:
     """Runs in its own process: steady heartbeats of ``members`` at the rates it is sent.
 
     As ``bench.rebalance._heartbeat_load``: minimal HTTP/1.1 over asyncio streams, so that
     the load costs the shared cores as little as possible; each request is encoded once.
+    With ``kafka_ports``, ConsumerGroupHeartbeat v0 on each replica's coordinator listener
+    instead, as a KIP-848 consumer sends its steady heartbeat (every optional field null),
+    encoded once with kio; a reply is read only as far as its error code and whether it
+    carries an assignment.
     Commands on ``connection``: ``(rate, warmup_s, measure_s)`` for this process's share of
     a rate, answered with its samples; ``None`` to stop.
     """
     requests: list[tuple[int, bytes]] = []
     for group, member_id, epoch in members:
         replica = _replica_of(partitioning.partition_for(group, STATE_PARTITIONS))
+        if kafka_ports:
+            requests.append((replica, _kafka_heartbeat(group, member_id, epoch)))
+            continue
         host = urls[replica].removeprefix("http://")
         body = json.dumps({"memberId": member_id, "memberEpoch": epoch}).encode()
         head = (
@@ -393,6 +414,8 @@ def _heartbeat_load(
         async def worker(replica: int) -> None:
             nonlocal changed, in_window
             host, port = urls[replica].removeprefix("http://").split(":")
+            if kafka_ports:
+                port = str(kafka_ports[replica])
             reader, writer = await asyncio.open_connection(host, int(port))
             try:
                 while True:
@@ -400,19 +423,31 @@ def _heartbeat_load(
                     try:
                         sent = time.monotonic()
                         writer.write(requests[index][1])
-                        headers = await reader.readuntil(b"\r\n\r\n")
-                        length = int(headers.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                        body = await reader.readexactly(length)
+                        if kafka_ports:
+                            size = int.from_bytes(await reader.readexactly(4), "big")
+                            body = await reader.readexactly(size)
+                        else:
+                            headers = await reader.readuntil(b"\r\n\r\n")
+                            length = int(
+                                headers.lower().split(b"content-length:")[1].split(b"\r\n")[0]
+                            )
+                            body = await reader.readexactly(length)
                         done = time.monotonic()
                     finally:
                         queues[replica].task_done()
                     if due < measure_from or due >= stop_at:
                         continue
-                    if not headers.startswith(b"HTTP/1.1 200"):
+                    if kafka_ports:
+                        error, assigned = _kafka_outcome(body)
+                        if error:
+                            errors[error] = errors.get(error, 0) + 1
+                            continue
+                        changed += assigned
+                    elif not headers.startswith(b"HTTP/1.1 200"):
                         name = str(json.loads(body).get("error", headers[:12]))
                         errors[name] = errors.get(name, 0) + 1
                         continue
-                    if b'"assignment"' in body:
+                    elif b'"assignment"' in body:
                         changed += 1
                     latencies.append(done - sent)
                     waits.append(sent - due)
@@ -475,12 +510,61 @@ def _percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
+def _kafka_heartbeat(group: str, member_id: str, epoch: int) -> bytes:
+    """A steady ConsumerGroupHeartbeat v0 frame: nothing changed, every optional field null."""
+    from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+    from kio.static.primitive import i32, i32Timedelta
+
+    from kafka_group_operator.wire import framing
+
+    return framing.encode_request(
+        ConsumerGroupHeartbeatRequest(
+            group_id=group,
+            member_id=member_id,
+            member_epoch=i32(epoch),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=-1)),
+            topic_partitions=None,
+        ),
+        0,
+        "bench",
+    )
+
+
+def _kafka_outcome(payload: bytes) -> tuple[str | None, int]:
+    """(error name or None, 1 if an assignment came) of a ConsumerGroupHeartbeat v0 reply.
+
+    ResponseHeader v1: correlation id (int32), tagged fields (none: one 0 byte); the body:
+    throttle_time_ms (int32), error_code (int16), error_message and member_id (compact
+    nullable strings: an unsigned varint length + 1, 0 for null), member_epoch and
+    heartbeat_interval_ms (int32 each), then the assignment (a nullable struct: -1 for null).
+    """
+    from kio.schema.errors import ErrorCode
+
+    (error,) = struct.unpack_from(">h", payload, 9)
+    if error:
+        return ErrorCode(error).name.upper(), 0
+    offset = 11
+    for _ in range(2):  # error_message, member_id
+        length, shift = 0, 0
+        while True:
+            byte = payload[offset]
+            offset += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        offset += max(length - 1, 0)
+    offset += 8
+    return None, 0 if payload[offset] == 0xFF else 1
+
+
 def heartbeat_rates(
     urls: list[str],
     members: list[tuple[str, str, int]],
     rates: tuple[int, ...],
     quick: bool,
     pids: dict[str, list[int]],
+    kafka_ports: list[int] | None = None,
 ) -> tuple[dict[str, float], dict[str, Any], list[dict[str, Any]]]:
     context = multiprocessing.get_context("spawn")
     pipes, processes = [], []
@@ -488,7 +572,9 @@ def heartbeat_rates(
         parent, child = context.Pipe()
         share = members[index::LOAD_PROCESSES]
         process = context.Process(
-            target=_heartbeat_load, args=(urls, share, child, LOAD_PROCESSES), daemon=True
+            target=_heartbeat_load,
+            args=(urls, share, child, LOAD_PROCESSES, kafka_ports),
+            daemon=True,
         )
         process.start()
         pipes.append(parent)
@@ -600,7 +686,12 @@ def linear_fit(points: list[tuple[float, float, float]]) -> tuple[float, float, 
 # --------------------------------------------------------------------------------- main
 
 
-def run(quick: bool, sizes: tuple[tuple[int, int], ...]) -> dict[str, Any]:
+def run(
+    quick: bool,
+    sizes: tuple[tuple[int, int], ...],
+    kafka: bool = False,
+    replica: int | None = None,
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="kgo-scale-"))
     print(f"coordinator logs in {work}", flush=True)
     memory: list[dict[str, Any]] = []
@@ -616,7 +707,7 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...]) -> dict[str, Any]:
             started = time.monotonic()
             members = form_groups(bootstrap, state_topic, groups, per_group)
             formed_s = time.monotonic() - started
-            replicas = Replicas(bootstrap, state_topic, work)
+            replicas = Replicas(bootstrap, state_topic, work, kafka)
             try:
                 load_s = replicas.wait_ready()
                 time.sleep(3)  # the replicas' first metadata polls and timers
@@ -639,8 +730,23 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...]) -> dict[str, Any]:
                         "replicas": [p.pid for p in replicas.processes],
                         "broker": [broker.process.pid],
                     }
+                    measured = members
+                    if replica is not None:
+                        # One replica's share: its groups' members only, at rates up to
+                        # its third of KIP-848's steady rate for every member.
+                        measured = [
+                            m
+                            for m in members
+                            if _replica_of(partitioning.partition_for(m[0], STATE_PARTITIONS))
+                            == replica
+                        ]
                     idle, after_load, rates = heartbeat_rates(
-                        replicas.urls, members, RATES, quick, pids
+                        replicas.urls,
+                        measured,
+                        KAFKA_RATES if kafka else RATES,
+                        quick,
+                        pids,
+                        replicas.kafka_ports or None,
                     )
                     rss_after = replicas.rss()
                     row["rss_after_heartbeats_bytes"] = rss_after
@@ -682,6 +788,8 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...]) -> dict[str, Any]:
         "memory": memory,
         "memory_fit": fit,
         "heartbeats": {
+            "protocol": "kafka (ConsumerGroupHeartbeat v0)" if kafka else "http (member API)",
+            "replicas_measured": "all" if replica is None else [replica],
             "groups": largest["groups"],
             "members": largest["members"],
             "load_processes": LOAD_PROCESSES,
@@ -714,13 +822,22 @@ def main(argv: list[str]) -> int:
                 (int(g), int(m))
                 for g, m in (item.split("x") for item in arg.split("=", 1)[1].split(","))
             )
-    result = run(quick, sizes)
+    kafka = "--protocol=kafka" in argv
+    replica = None
+    for arg in argv:
+        if arg.startswith("--replica="):
+            replica = int(arg.split("=", 1)[1])
+            if replica not in range(len(SPLIT)):
+                print(f"--replica must be 0 to {len(SPLIT) - 1}", file=sys.stderr)
+                return 2
+    result = run(quick, sizes, kafka, replica)
     result["load_average_start"] = load_before
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    results = RESULTS_KAFKA if kafka else RESULTS
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("memory_fit", "targets")}, indent=2))
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
     return 0
 
 

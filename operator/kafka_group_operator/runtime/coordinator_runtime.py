@@ -13,6 +13,16 @@ validated against the same state (a commit changes nothing a commit is validated
 produced as one batch and replayed in order; if the batch is not acknowledged every one of
 them fails with a retriable error and none is replayed.
 
+A KIP-848 heartbeat may skip the queue: when nothing of its group, and nothing over the
+whole partition (timers, topic metadata), is queued or being appended, the shard holds every
+record its answer can depend on, all committed, so its handler runs at once; an answer that
+writes nothing (a steady heartbeat) is given then, and one that writes takes its turn in the
+queue (the handler runs again there). Without this, steady heartbeats waited behind other
+groups' commits (a transaction or two) and split the commits queued around them into
+separate transactions. A heartbeat of a group with a write queued or in flight waits for
+it, as in Kafka, whose runtime defers such an answer until what was written before it is
+committed.
+
 A write whose fate is unknown (the brokers did not acknowledge it in time) is never
 acknowledged; it leaves the log and memory possibly apart, so that partition is reloaded from
 the log (unless the writer finds that another coordinator took it meanwhile, see ``writer``);
@@ -181,6 +191,8 @@ class _Write:
     handler: Callable[[shard.CoordinatorShard, int], result.Result[Any]]
     future: asyncio.Future[Any]
     batchable: bool
+    # The group it writes for; None for a write over the whole partition (timers, topics).
+    group_id: str | None = None
 
 
 @dataclass(eq=False)
@@ -214,6 +226,10 @@ class _Partition:
     retakes: int = 0
     # Set while the partition is not loading: what a request met by a load may wait for.
     not_loading: asyncio.Event = field(default_factory=asyncio.Event)
+    # Writes in the queue by group (None: over the whole partition), and the groups of the
+    # batch being appended: a heartbeat may skip the queue only when its group has neither.
+    queued: collections.Counter[str | None] = field(default_factory=collections.Counter)
+    in_flight: frozenset[str | None] = frozenset()
 
     def __post_init__(self) -> None:
         self.enter(self.state)
@@ -513,7 +529,9 @@ class CoordinatorRuntime:
         )
         try:
             response: messages.HeartbeatResponse = await self._write(
-                request.group_id, lambda s, now: s.heartbeat(request, now)
+                request.group_id,
+                lambda s, now: s.heartbeat(request, now),
+                skip_queue_if_unwritten=True,
             )
         except Exception as error:
             metrics.request_failed("heartbeat", error)
@@ -844,12 +862,37 @@ class CoordinatorRuntime:
         handler: Callable[[shard.CoordinatorShard, int], result.Result[T]],
         *,
         batchable: bool = False,
+        skip_queue_if_unwritten: bool = False,
     ) -> T:
         partition = self._partitions[self._active_shard_index(group_id)]
+        if skip_queue_if_unwritten and self._quiet(partition, group_id):
+            # Nothing of this group (nor of the whole partition) is queued or being appended,
+            # so the shard holds every record of the group the answer depends on, all of them
+            # committed: an answer that writes nothing needs no turn in the queue, and does
+            # not wait behind other groups' commits. One that writes takes its turn below
+            # (its handler runs again then: handlers change nothing).
+            state = partition.shard
+            assert state is not None
+            try:
+                outcome = handler(state, self.config.clock_ms())
+            except errors.CoordinatorError:
+                raise
+            except Exception as error:
+                raise _request_failure(partition.index, error) from None
+            self._wake_timer(partition)
+            if not outcome.records:
+                return outcome.response
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        partition.pending.append(_Write(handler, future, batchable))
-        partition.wakeup.set()
+        _enqueue(partition, _Write(handler, future, batchable, group_id))
         return await future
+
+    def _quiet(self, partition: _Partition, group_id: str) -> bool:
+        return (
+            not partition.queued[group_id]
+            and not partition.queued[None]
+            and group_id not in partition.in_flight
+            and None not in partition.in_flight
+        )
 
     # -----------------------------------------------------------------------------------
     # The serial queue of one partition
@@ -859,10 +902,11 @@ class CoordinatorRuntime:
             await partition.wakeup.wait()
             partition.wakeup.clear()
             while partition.pending and partition.state is PartitionState.ACTIVE:
-                batch = [partition.pending.popleft()]
+                batch = [_dequeue(partition)]
                 if batch[0].batchable:
                     while partition.pending and partition.pending[0].batchable:
-                        batch.append(partition.pending.popleft())
+                        batch.append(_dequeue(partition))
+                partition.in_flight = frozenset(write.group_id for write in batch)
                 try:
                     await self._run(partition, batch)
                 except Exception as error:
@@ -879,6 +923,8 @@ class CoordinatorRuntime:
                             write.future.set_exception(failure)
                     if partition.state is PartitionState.ACTIVE:
                         self._reload(partition, f"internal error: {error!r}")
+                finally:
+                    partition.in_flight = frozenset()
             self._wake_timer(partition)
 
     def _wake_timer(self, partition: _Partition) -> None:
@@ -1015,7 +1061,7 @@ class CoordinatorRuntime:
 
     def _fail_pending(self, partition: _Partition, error: errors.CoordinatorError) -> None:
         while partition.pending:
-            write = partition.pending.popleft()
+            write = _dequeue(partition)
             if not write.future.done():
                 write.future.set_exception(error)
 
@@ -1099,7 +1145,7 @@ class CoordinatorRuntime:
                 topics = dict(self._topics)
                 future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 future.add_done_callback(_consume_outcome)
-                partition.pending.appendleft(_Write(_update_topics(topics), future, False))
+                _enqueue(partition, _Write(_update_topics(topics), future, False), first=True)
             partition.enter(PartitionState.ACTIVE)
             # Its marker, written just before the read ended, was committed.
             partition.confirmed_at = time.monotonic()
@@ -1143,8 +1189,7 @@ class CoordinatorRuntime:
             if partition.state is not PartitionState.ACTIVE:
                 continue
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            partition.pending.append(_Write(lambda s, t: s.on_timer(t), future, batchable=False))
-            partition.wakeup.set()
+            _enqueue(partition, _Write(lambda s, t: s.on_timer(t), future, batchable=False))
             with contextlib.suppress(errors.CoordinatorError):
                 await future
 
@@ -1242,8 +1287,7 @@ class CoordinatorRuntime:
                 if partition.state is PartitionState.ACTIVE:
                     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                     future.add_done_callback(_consume_outcome)
-                    partition.pending.append(_Write(_update_topics(topics), future, False))
-                    partition.wakeup.set()
+                    _enqueue(partition, _Write(_update_topics(topics), future, False))
 
     async def _refresh_topics(self) -> bool:
         """Read the cluster's topics; True when they differ from what the shards know."""
@@ -1318,6 +1362,23 @@ def _not_served(index: int) -> errors.NotCoordinator:
     return errors.NotCoordinator(
         f"state partition {index} is not in this coordinator's partition set"
     )
+
+
+def _enqueue(partition: _Partition, write: _Write, first: bool = False) -> None:
+    if first:
+        partition.pending.appendleft(write)
+    else:
+        partition.pending.append(write)
+    partition.queued[write.group_id] += 1
+    partition.wakeup.set()
+
+
+def _dequeue(partition: _Partition) -> _Write:
+    write = partition.pending.popleft()
+    partition.queued[write.group_id] -= 1
+    if not partition.queued[write.group_id]:
+        del partition.queued[write.group_id]
+    return write
 
 
 def _request_failure(index: int, error: Exception) -> errors.CoordinatorError:

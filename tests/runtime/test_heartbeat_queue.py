@@ -1,0 +1,135 @@
+"""A steady heartbeat does not wait behind other groups' writes, and never skips its own.
+
+A heartbeat that writes nothing is answered from the shard at once when nothing of its group
+(nor of the whole partition) is queued or being appended: the shard then holds only committed
+records of the group. A heartbeat of a group with a write in flight waits for that write, as
+every write does. The broker is frozen (SIGSTOP) to hold a transaction in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from kafka_group_operator.coordinator import messages
+from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.runtime import coordinator_runtime
+from tests.runtime import logs
+from tests.support import groups
+
+pytestmark = pytest.mark.broker
+
+
+def _config(bootstrap: str) -> coordinator_runtime.RuntimeConfig:
+    return coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=bootstrap,
+        topic=logs.unique_topic("queue"),
+        partitions=1,  # every group on the same partition, behind the same queue
+        write_timeout_ms=30_000,
+        metadata_interval_ms=500,
+    )
+
+
+@contextmanager
+def _frozen(broker: embedded.EmbeddedBroker) -> Iterator[None]:
+    assert broker.process is not None
+    os.kill(broker.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.process.pid, signal.SIGCONT)
+
+
+async def _joined(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int:
+    """A member of ``group`` that joined (nothing subscribed): its epoch."""
+    response = await runtime.heartbeat(
+        messages.HeartbeatRequest(
+            group, "m1", 0, rebalance_timeout_ms=10_000, subscribed_topic_names=()
+        )
+    )
+    return response.member_epoch
+
+
+async def test_a_steady_heartbeat_is_answered_while_another_groups_commit_is_in_flight() -> None:
+    with embedded.running_broker() as broker:
+        async with groups.running(_config(broker.bootstrap)) as runtime:
+            epoch = await _joined(runtime, "steady")
+            with _frozen(broker):
+                commit = asyncio.create_task(
+                    runtime.commit_offsets(groups.admin_commit("committing", 5))
+                )
+                await asyncio.sleep(0.3)
+                assert not commit.done()  # its transaction waits for the frozen broker
+                answered = await asyncio.wait_for(
+                    runtime.heartbeat(messages.HeartbeatRequest("steady", "m1", epoch)), 2
+                )
+                assert answered.member_epoch == epoch
+                assert not commit.done()
+            response = await asyncio.wait_for(commit, 60)
+            assert not response.errors
+
+
+async def test_a_heartbeat_waits_for_a_write_of_its_own_group() -> None:
+    """Another member joining writes the group's new epoch: the steady member's heartbeat
+    waits for it, and then sees the group it made."""
+    with embedded.running_broker() as broker:
+        async with groups.running(_config(broker.bootstrap)) as runtime:
+            epoch = await _joined(runtime, "shared")
+            with _frozen(broker):
+                join = asyncio.create_task(
+                    runtime.heartbeat(
+                        messages.HeartbeatRequest(
+                            "shared",
+                            "m2",
+                            0,
+                            rebalance_timeout_ms=10_000,
+                            subscribed_topic_names=(),
+                        )
+                    )
+                )
+                await asyncio.sleep(0.3)
+                heartbeat = asyncio.create_task(
+                    runtime.heartbeat(messages.HeartbeatRequest("shared", "m1", epoch))
+                )
+                await asyncio.sleep(1.0)
+                assert not join.done()
+                assert not heartbeat.done()  # behind its group's write, in the queue
+            joined = await asyncio.wait_for(join, 60)
+            steady = await asyncio.wait_for(heartbeat, 60)
+            # Answered from the group after the join: m1 is moved to the new epoch.
+            assert joined.member_epoch == steady.member_epoch == epoch + 1
+
+
+async def test_a_heartbeat_that_writes_waits_for_the_writes_ahead_of_it() -> None:
+    """A second member joining writes (a new group epoch): it takes its turn in the queue."""
+    with embedded.running_broker() as broker:
+        async with groups.running(_config(broker.bootstrap)) as runtime:
+            await _joined(runtime, "growing")
+            with _frozen(broker):
+                commit = asyncio.create_task(
+                    runtime.commit_offsets(groups.admin_commit("other", 5))
+                )
+                await asyncio.sleep(0.3)
+                join = asyncio.create_task(
+                    runtime.heartbeat(
+                        messages.HeartbeatRequest(
+                            "growing",
+                            "m2",
+                            0,
+                            rebalance_timeout_ms=10_000,
+                            subscribed_topic_names=(),
+                        )
+                    )
+                )
+                await asyncio.sleep(1.0)
+                assert not join.done()
+            assert not (await asyncio.wait_for(commit, 60)).errors
+            joined = await asyncio.wait_for(join, 60)
+            assert joined.member_epoch >= 1
+            description = await runtime.describe_group("growing")
+            assert {m.member_id for m in description.members} == {"m1", "m2"}
