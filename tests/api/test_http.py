@@ -7,6 +7,7 @@ for it, so the document and the server cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -271,79 +272,69 @@ async def test_an_unknown_group_is_404(http: test_utils.TestClient[Any, Any]) ->
         await unauthenticated.close()
 
 
+@contextlib.asynccontextmanager
+async def _loading_behind_a_frozen_broker() -> AsyncIterator[
+    tuple[coordinator_runtime.CoordinatorRuntime, test_utils.TestClient[Any, Any], Any]
+]:
+    """A runtime whose load a frozen broker (SIGSTOP) holds back, its API, and the broker's
+    process (SIGCONT it to let the load end)."""
+    with embedded.running_broker() as own:
+        runtime = coordinator_runtime.CoordinatorRuntime(
+            coordinator_runtime.RuntimeConfig(
+                bootstrap_servers=own.bootstrap, partitions=1, wait_until_loaded=False
+            )
+        )
+        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
+        await client.start_server()
+        assert own.process is not None
+        try:
+            await runtime.start()
+            os.kill(own.process.pid, signal.SIGSTOP)
+            try:
+                yield runtime, client, own.process
+            finally:
+                os.kill(own.process.pid, signal.SIGCONT)
+        finally:
+            await client.close()
+            await runtime.stop()
+
+
+_JOIN = {"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t"]}
+
+
 async def test_a_request_met_by_a_load_is_answered_when_the_load_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Held, not refused: a member backing off a second between retries would otherwise wait
     for its next attempt after the load."""
     monkeypatch.setattr(app, "LOAD_WAIT_S", 30.0)
-    with embedded.running_broker() as own:
-        runtime = coordinator_runtime.CoordinatorRuntime(
-            coordinator_runtime.RuntimeConfig(
-                bootstrap_servers=own.bootstrap, partitions=1, wait_until_loaded=False
-            )
-        )
-        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
-        await client.start_server()
-        assert own.process is not None
-        try:
-            await runtime.start()
-            os.kill(own.process.pid, signal.SIGSTOP)
-            try:
-                join = asyncio.create_task(
-                    client.post(
-                        "/v1/groups/g/heartbeat",
-                        json={"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t"]},
-                    )
-                )
-                await asyncio.sleep(1.0)
-                assert not join.done()  # held while the load cannot end
-            finally:
-                os.kill(own.process.pid, signal.SIGCONT)
-            reply = await asyncio.wait_for(join, 60)
-            body = await reply.json()
-            assert reply.status == 200, body
-            assert body["memberEpoch"] >= 1
-        finally:
-            await client.close()
-            await runtime.stop()
+    async with _loading_behind_a_frozen_broker() as (_, client, broker):
+        join = asyncio.create_task(client.post("/v1/groups/g/heartbeat", json=_JOIN))
+        await asyncio.sleep(1.0)
+        assert not join.done()  # held while the load cannot end
+        os.kill(broker.pid, signal.SIGCONT)
+        reply = await asyncio.wait_for(join, 60)
+        body = await reply.json()
+        assert reply.status == 200, body
+        assert body["memberEpoch"] >= 1
 
 
 async def test_503_while_the_state_loads() -> None:
     """A frozen broker holds the load back; the API answers 503 until it completes."""
-    with embedded.running_broker() as own:
-        runtime = coordinator_runtime.CoordinatorRuntime(
-            coordinator_runtime.RuntimeConfig(
-                bootstrap_servers=own.bootstrap, partitions=1, wait_until_loaded=False
-            )
+    async with _loading_behind_a_frozen_broker() as (runtime, client, broker):
+        reply = await client.post("/v1/groups/g/heartbeat", json=_JOIN)
+        error = await reply.json()
+        assert (reply.status, error["error"], error["code"]) == (
+            503,
+            "COORDINATOR_LOAD_IN_PROGRESS",
+            14,
         )
-        client = test_utils.TestClient(test_utils.TestServer(app.build_app(runtime, None)))
-        await client.start_server()
-        assert own.process is not None
-        try:
-            await runtime.start()
-            os.kill(own.process.pid, signal.SIGSTOP)
-            try:
-                reply = await client.post(
-                    "/v1/groups/g/heartbeat",
-                    json={"memberId": "m", "memberEpoch": 0, "subscribedTopicNames": ["t"]},
-                )
-                error = await reply.json()
-                assert (reply.status, error["error"], error["code"]) == (
-                    503,
-                    "COORDINATOR_LOAD_IN_PROGRESS",
-                    14,
-                )
-                assert reply.headers["Retry-After"] == "1"
-                conforms(error, "Error")
-            finally:
-                os.kill(own.process.pid, signal.SIGCONT)
-            await runtime.wait_until_loaded()
-            reply = await client.get("/v1/groups/g")
-            assert reply.status == 404
-        finally:
-            await client.close()
-            await runtime.stop()
+        assert reply.headers["Retry-After"] == "1"
+        conforms(error, "Error")
+        os.kill(broker.pid, signal.SIGCONT)
+        await runtime.wait_until_loaded()
+        reply = await client.get("/v1/groups/g")
+        assert reply.status == 404
 
 
 # Raw bodies (a JSON "\ud800" escape is valid JSON) and queries that used to reach the

@@ -45,14 +45,16 @@ def _frozen(broker: embedded.EmbeddedBroker) -> Iterator[None]:
         os.kill(broker.process.pid, signal.SIGCONT)
 
 
-async def _joined(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int:
-    """A member of ``group`` that joined (nothing subscribed): its epoch."""
-    response = await runtime.heartbeat(
-        messages.HeartbeatRequest(
-            group, "m1", 0, rebalance_timeout_ms=10_000, subscribed_topic_names=()
-        )
+def _join(group: str, member: str) -> messages.HeartbeatRequest:
+    """A member joining ``group`` subscribed to nothing."""
+    return messages.HeartbeatRequest(
+        group, member, 0, rebalance_timeout_ms=10_000, subscribed_topic_names=()
     )
-    return response.member_epoch
+
+
+async def _joined(runtime: coordinator_runtime.CoordinatorRuntime, group: str) -> int:
+    """The epoch of member m1, joined to ``group``."""
+    return (await runtime.heartbeat(_join(group, "m1"))).member_epoch
 
 
 async def test_a_steady_heartbeat_is_answered_while_another_groups_commit_is_in_flight() -> None:
@@ -81,17 +83,7 @@ async def test_a_heartbeat_waits_for_a_write_of_its_own_group() -> None:
         async with groups.running(_config(broker.bootstrap)) as runtime:
             epoch = await _joined(runtime, "shared")
             with _frozen(broker):
-                join = asyncio.create_task(
-                    runtime.heartbeat(
-                        messages.HeartbeatRequest(
-                            "shared",
-                            "m2",
-                            0,
-                            rebalance_timeout_ms=10_000,
-                            subscribed_topic_names=(),
-                        )
-                    )
-                )
+                join = asyncio.create_task(runtime.heartbeat(_join("shared", "m2")))
                 await asyncio.sleep(0.3)
                 heartbeat = asyncio.create_task(
                     runtime.heartbeat(messages.HeartbeatRequest("shared", "m1", epoch))
@@ -115,17 +107,7 @@ async def test_a_heartbeat_that_writes_waits_for_the_writes_ahead_of_it() -> Non
                     runtime.commit_offsets(groups.admin_commit("other", 5))
                 )
                 await asyncio.sleep(0.3)
-                join = asyncio.create_task(
-                    runtime.heartbeat(
-                        messages.HeartbeatRequest(
-                            "growing",
-                            "m2",
-                            0,
-                            rebalance_timeout_ms=10_000,
-                            subscribed_topic_names=(),
-                        )
-                    )
-                )
+                join = asyncio.create_task(runtime.heartbeat(_join("growing", "m2")))
                 await asyncio.sleep(1.0)
                 assert not join.done()
             assert not (await asyncio.wait_for(commit, 60)).errors

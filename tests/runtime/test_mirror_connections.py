@@ -22,20 +22,10 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime, mirror
 from kafka_group_operator.wire import connection, offset_commits
 from tests.runtime import logs
-from tests.runtime.test_mirror import _commit, _create_topic
+from tests.runtime.test_mirror import _commit, _config, _create_topic
 from tests.support import groups, native_groups
 
 GROUPS = 60
-
-
-def _config(bootstrap: str) -> coordinator_runtime.RuntimeConfig:
-    return coordinator_runtime.RuntimeConfig(
-        bootstrap_servers=bootstrap,
-        topic=logs.unique_topic(),
-        partitions=3,
-        write_timeout_ms=3000,
-        metadata_interval_ms=500,
-    )
 
 
 @pytest.mark.broker
