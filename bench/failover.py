@@ -121,6 +121,9 @@ class Member:
     # Whether a heartbeat failed after the mark: the member met the outage (otherwise its
     # first heartbeat after the kill was its next scheduled one, and it answered).
     failed_after_mark: bool = False
+    # Its heartbeats after the mark until the first success: (sent, answered, outcome), the
+    # times in seconds after the mark (what the slowest groups met, in the results).
+    trace: list[tuple[float, float, str]] = field(default_factory=list)
     acknowledged: dict[int, int] = field(default_factory=dict)
     last_commit: float = 0.0
     # The member's keep-alive connection and the replica it is open to.
@@ -240,6 +243,14 @@ class Load:
             member.acknowledged[partition] = max(member.acknowledged.get(partition, 0), offset)
         self.acknowledged += len(sent - failed)
 
+    def _traced(self, member: Member, started: float, outcome: str) -> None:
+        assert self.mark is not None
+        if member.trace and member.trace[-1][2] == "OK":
+            return  # traced until the first success only
+        member.trace.append(
+            (round(started - self.mark, 3), round(time.monotonic() - self.mark, 3), outcome)
+        )
+
     async def run_member(self, member: Member) -> None:
         # Spread the members over the interval.
         await asyncio.sleep((hash(member.member_id) % 1000) / 1000 * self.interval_s)
@@ -253,6 +264,7 @@ class Load:
                 self.errors[name] = self.errors.get(name, 0) + 1
                 if self.mark is not None:
                     member.failed_after_mark = True
+                    self._traced(member, started, name)
                 if name in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"):
                     member.fenced += 1
                     member.epoch, member.assignment, member.owned = 0, frozenset(), None
@@ -261,6 +273,8 @@ class Load:
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, group_member.COORDINATOR_MOVING_BACKOFF_MAX_S)
                 continue
+            if self.mark is not None and member.failed_after_mark:
+                self._traced(member, started, "OK")
             backoff = group_member.BACKOFF_INITIAL_S
             if started - member.last_commit >= COMMIT_EVERY_S:
                 member.last_commit = started
@@ -526,6 +540,10 @@ async def _scenario(
                 for m in members
                 if m.group in affected
             ]
+            slowest = sorted(
+                affected,
+                key=lambda g: min(m.answered_after_mark or float("inf") for m in by_group[g]),
+            )[-3:]
             moved = sum(len(before[key] - after[key]) for key in before)
             fenced = sum(m.fenced for m in members) - fenced_before
             lost = 0
@@ -560,6 +578,9 @@ async def _scenario(
                 "partitions_moved": moved,
                 "members_fenced": fenced,
                 "errors_during_failover": errors_during,
+                # The three affected groups that answered last: each member's heartbeats
+                # from the kill to its first success, as (sent, answered, outcome) in seconds.
+                "slowest_groups_heartbeats": {g: [m.trace for m in by_group[g]] for g in slowest},
             }
     finally:
         for process in processes:
