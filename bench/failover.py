@@ -383,6 +383,32 @@ async def _settled(load: Load, seconds: float, limit: float) -> None:
     raise TimeoutError(f"the assignments did not settle: {sample}, errors {load.errors}")
 
 
+async def _served_again(
+    session: aiohttp.ClientSession, urls: list[str], group: str, since: float
+) -> float:
+    """Seconds from ``since`` until ``group``'s coordinator answers a fetch of its offsets:
+    when the group is served again, whatever its members' heartbeat schedule. Asked every
+    50 ms, following hints, trying the replicas in turn as a Service would."""
+    url = urls[0]
+    turn = 0
+    while True:
+        try:
+            async with session.get(
+                f"{url}/v1/groups/{group}/offsets", timeout=aiohttp.ClientTimeout(total=3)
+            ) as response:
+                reply = await response.json(content_type=None)
+            if response.status == 200:
+                return time.monotonic() - since
+            hint = (reply.get("coordinator") or {}).get("url") if isinstance(reply, dict) else None
+            if hint and hint != url:
+                url = hint
+                continue
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            turn += 1
+            url = urls[turn % len(urls)]
+        await asyncio.sleep(0.05)
+
+
 async def _fetch_committed(load: Load, member: Member) -> dict[int, int]:
     for _ in range(50):
         url = f"{member.url}/v1/groups/{member.group}/offsets"
@@ -504,6 +530,22 @@ async def _scenario(
                     f" killed replica {victim} holding {sorted(victim_partitions)}",
                     flush=True,
                 )
+                # One group per partition lost: when is it served again?
+                probes = [
+                    asyncio.create_task(
+                        _served_again(
+                            session,
+                            urls,
+                            next(
+                                g
+                                for g in names
+                                if partitioning.partition_for(g, STATE_PARTITIONS) == partition
+                            ),
+                            killed_at,
+                        )
+                    )
+                    for partition in sorted(victim_partitions)
+                ]
                 processes[victim].wait()
                 if not leased:
                     processes[victim] = await _start(argv(victim), ports[victim], logs[victim])
@@ -514,6 +556,7 @@ async def _scenario(
                         break
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(5)
+                served_again = await asyncio.wait_for(asyncio.gather(*probes), 60)
                 after = {(m.group, m.instance): m.assignment for m in members}
                 errors_during = dict(load.errors)
             finally:
@@ -564,6 +607,10 @@ async def _scenario(
                 "recovery_seconds_median_group": round(statistics.median(group_first), 3),
                 "recovery_seconds_last_member": round(max(member_first), 3),
                 "recovery_in_lease_durations": round(max(group_first) / LEASE_SECONDS, 2),
+                # When the coordinator was back, whatever the members' schedule: the kill to
+                # the last lost partition's first answer to a fetch of one of its groups.
+                "served_again_seconds_last_partition": round(max(served_again), 3),
+                "served_again_seconds_by_partition": [round(x, 3) for x in served_again],
                 "groups_that_met_the_outage": len(met_outage),
                 "recovery_seconds_last_group_that_met_the_outage": (
                     round(max(met_outage), 3) if met_outage else None
