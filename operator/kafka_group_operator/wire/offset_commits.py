@@ -383,7 +383,9 @@ class OffsetCommitter:
                 f"no answer from {address[0]}:{address[1]} within {self._timeout_s:g} s"
             ) from None
         except CommitFailed:
+            # Lost, or it carried a reply kio could not read: not trusted with the next one.
             self._drop(address, broker)
+            await broker.close()
             raise
 
     def _drop(self, address: tuple[str, int], broker: _BrokerConnection) -> None:
