@@ -342,13 +342,7 @@ async def test_a_fence_over_every_partition_asks_each_partitions_coordinator(
     ports = {name: embedded.free_port() for name in SETS}
     on_a, on_b = _group_on(SETS["a"], "fenced-a-"), _group_on(SETS["b"], "fenced-b-")
     async with replica(broker.bootstrap, state_topic, "a", ports) as a:
-        port = coordinator_port.RoutingCoordinator(
-            a.local,
-            discovery_url=a.url,
-            internal_token=INTERNAL_TOKEN,
-            advertised_url=a.url,
-            state_partitions=PARTITIONS,
-        )
+        port = _fencing_port(a)
         try:
             async with replica(broker.bootstrap, state_topic, "b", ports) as b:
                 assert not (await a.runtime.commit_offsets(groups.admin_commit(on_a, 4))).errors
@@ -382,6 +376,54 @@ async def test_a_fence_over_every_partition_asks_each_partitions_coordinator(
                     lambda: compaction.fence_every_partition(port, PARTITIONS), 30
                 )
                 assert all(again[p] > ends[p] for p in range(PARTITIONS))
+        finally:
+            await port.close()
+
+
+def _fencing_port(a: Replica) -> coordinator_port.RoutingCoordinator:
+    """The control plane's port beside ``a``, able to fence every state partition."""
+    return coordinator_port.RoutingCoordinator(
+        a.local,
+        discovery_url=a.url,
+        internal_token=INTERNAL_TOKEN,
+        advertised_url=a.url,
+        state_partitions=PARTITIONS,
+    )
+
+
+async def test_a_fence_refused_for_an_unserved_partition_succeeds_once_it_is_served(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """The compaction's retry: while nobody serves b's partitions the fence fails naming
+    exactly them; once b serves them, the same port's next fence covers every partition with
+    ends its coordinators took then (past what b acknowledged meanwhile, past the markers the
+    refused attempt left on a's partitions), nothing carried over from the refused attempt."""
+    state_topic = logs.unique_topic()
+    ports = {name: embedded.free_port() for name in SETS}
+    every = range(PARTITIONS)
+    on_b = _group_on(SETS["b"], "served-later-")
+    async with replica(broker.bootstrap, state_topic, "a", ports) as a:
+        port = _fencing_port(a)
+        try:
+            start = job_topics.stable_ends(broker.bootstrap, state_topic, every)
+            with pytest.raises(coordinator_port.PartitionsNotFenced) as refused:
+                await compaction.fence_every_partition(port, PARTITIONS)
+            assert sorted(refused.value.failed) == sorted(SETS["b"])
+            assert refused.value.retriable
+            async with replica(broker.bootstrap, state_topic, "b", ports) as b:
+                assert not (await b.runtime.commit_offsets(groups.admin_commit(on_b, 7))).errors
+                before = job_topics.stable_ends(broker.bootstrap, state_topic, every)
+                # The refused attempt still marked a's partitions; b's commit is in its own.
+                grown = {*SETS["a"], partitioning.partition_for(on_b, PARTITIONS)}
+                assert all(before[p] > start[p] for p in grown), (start, before)
+                ends = await compaction.fence_every_partition(port, PARTITIONS)
+                after = job_topics.stable_ends(broker.bootstrap, state_topic, every)
+                assert sorted(ends) == list(every)
+                # Each end is where this attempt's own marker went, in every partition.
+                assert all(before[p] <= ends[p] < after[p] for p in every), (before, ends, after)
+                for partition in SETS["b"]:
+                    probe = coordinator_port.partition_probe(partition, PARTITIONS)
+                    assert port.owner_url(probe) == b.url
         finally:
             await port.close()
 
