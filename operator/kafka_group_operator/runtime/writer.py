@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -422,8 +423,12 @@ class _PartitionProducer:
         producer, self._producer = self._producer, None
         if producer is not None:
             # Fail whatever the producer still holds; librdkafka destroys it with the object.
-            producer.purge()
-            producer.flush(0)
+            # A producer in a fatal state (fenced) may raise here too: that must not cut
+            # short the caller's verdict, or a fenced writer would go on as merely failed
+            # and start a producer that fences the new holder back.
+            with contextlib.suppress(KafkaException):
+                producer.purge()
+                producer.flush(0)
 
     def close(self, timeout_s: float) -> None:
         """In the partition's thread: abort an unfinished transaction, drop the producer."""
