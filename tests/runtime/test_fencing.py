@@ -268,6 +268,33 @@ async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_to
         second.stop()
 
 
+async def test_a_fence_found_while_a_large_batch_is_queued_is_a_fence(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """A producer fenced while it adds the partition to its transaction fails the records
+    queued after with a bare fatal error, and flushing it raises the fence itself: either way
+    the writer learns it was fenced, and never starts a producer that fences the new holder
+    back."""
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+    try:
+        await first.append(0, [_record(1)])
+        await second.append(0, [_record(2)])
+        large = [_record(10 + i) for i in range(5000)]
+        outcomes = await asyncio.gather(
+            first.append(0, large), first.append(0, [_record(3)]), return_exceptions=True
+        )
+        assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
+        await second.append(0, [_record(9)])  # not fenced back
+    finally:
+        first.stop()
+        second.stop()
+
+
 async def test_records_of_a_transaction_not_committed_are_never_loaded(
     broker: embedded.EmbeddedBroker,
 ) -> None:

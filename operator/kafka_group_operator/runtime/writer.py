@@ -380,15 +380,19 @@ class _PartitionProducer:
         # replaced; any other is, and the new one's init_transactions settles what this
         # one left open (committed or aborted) before anything new is written.
         self._drop()
-        if error.code() in _FENCED_CODES:
+        if error.code() in _FENCED_CODES or error.fatal():
+            # A fatal error may be a fence in disguise: a producer fenced while it adds the
+            # partition to its transaction fails the next produce with a bare "fatal error"
+            # (librdkafka). Look for a new holder before anything is started again.
             return self._fenced_by_whom(error)
         self._in_doubt = True
         return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
 
     def _fenced_by_whom(self, error: KafkaError) -> errors.StateTopicError:
         """``WriterFenced`` if another coordinator's take marker follows this writer's last
-        commit; otherwise one of this writer's own abandoned producers fenced this one (see
-        the module docstring), and the write merely failed."""
+        commit; otherwise the producer failed for good on its own, or one of this writer's own
+        abandoned producers fenced it (see the module docstring), and the write merely
+        failed."""
         try:
             self._look_for_a_new_holder()
         except errors.WriterFenced as fenced:
@@ -399,6 +403,14 @@ class _PartitionProducer:
                 f"state topic write failed: {error.str()}; {unknown}", error.name()
             )
         self._in_doubt = False
+        if error.code() not in _FENCED_CODES:
+            logger.warning(
+                "state partition %d: the producer failed for good (%s); no other coordinator "
+                "took the partition, so a new producer is started",
+                self.partition,
+                error.str(),
+            )
+            return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
         logger.warning(
             "state partition %d: a producer of this coordinator's own fenced the current one "
             "(%s); no other coordinator took the partition, so a new producer is started",
