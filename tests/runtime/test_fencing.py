@@ -4,8 +4,9 @@ any one bad request. All on the embedded broker, with real runtimes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -245,9 +246,12 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
         alone.stop()
 
 
-async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_too(
+@contextlib.asynccontextmanager
+async def _fenced_writer(
     broker: embedded.EmbeddedBroker,
-) -> None:
+) -> AsyncIterator[tuple[writer.StateWriter, writer.StateWriter]]:
+    """(first, second): two writers of one partition, the first fenced by the second since
+    its last commit, neither having learnt of it yet."""
     name = logs.unique_topic()
     _state_topic(broker.bootstrap, name, 1)
     first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
@@ -257,15 +261,22 @@ async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_to
     try:
         await first.append(0, [_record(1)])
         await second.append(0, [_record(2)])
+        yield first, second
+        await second.append(0, [_record(9)])  # not fenced back
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_too(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    async with _fenced_writer(broker) as (first, _):
         # E.g. a commit and a fence check, both queued before either learns of the fence.
         outcomes = await asyncio.gather(
             *(first.append(0, [_record(3 + i)]) for i in range(3)), return_exceptions=True
         )
         assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
-        await second.append(0, [_record(9)])  # not fenced back
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_a_fence_found_while_a_large_batch_is_queued_is_a_fence(
@@ -275,24 +286,12 @@ async def test_a_fence_found_while_a_large_batch_is_queued_is_a_fence(
     queued after with a bare fatal error, and flushing it raises the fence itself: either way
     the writer learns it was fenced, and never starts a producer that fences the new holder
     back."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    try:
-        await first.append(0, [_record(1)])
-        await second.append(0, [_record(2)])
+    async with _fenced_writer(broker) as (first, _):
         large = [_record(10 + i) for i in range(5000)]
         outcomes = await asyncio.gather(
             first.append(0, large), first.append(0, [_record(3)]), return_exceptions=True
         )
         assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
-        await second.append(0, [_record(9)])  # not fenced back
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_records_of_a_transaction_not_committed_are_never_loaded(
