@@ -17,7 +17,9 @@ Outcomes of an append:
   "fenced" alone is not proof: a start of this writer's own that timed out and was given
   up may still complete later with a newer epoch. Another coordinator always writes a take
   marker before it fences (below), so the writer reads the log for one first; without it
-  the write failed (``WriteFailed``) and the next append starts a new producer;
+  the write failed (``WriteFailed``) and the next append starts a new producer. A fatal
+  producer error is read the same way: a producer fenced while it adds the partition to its
+  transaction fails the next records with a bare "fatal error";
 * anything else (``WriteFailed``): the transaction is aborted, and the broker's answer to
   the abort tells whether the partition was fenced meanwhile (a fenced write may first show
   only as a timeout). When even the abort fails, the records may or may not be in the log:
