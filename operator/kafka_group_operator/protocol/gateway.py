@@ -32,9 +32,10 @@ requests) are gathered whole, and a side that reads slower than the other sends 
 other being read (the transports' flow control) rather than the gateway buffering for it.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
-properties (``upstream_security``); the client talks plaintext to loopback. A connection
-whose client or upstream breaks the protocol, or whose upstream cannot be reached, is closed
-alone: the gateway and every other connection go on serving.
+properties (``wire.connection.upstream_security``, shared with the offset mirror); the client
+talks plaintext to loopback. A connection whose client or upstream breaks the protocol, or
+whose upstream cannot be reached, is closed alone: the gateway and every other connection go
+on serving.
 """
 
 from __future__ import annotations
