@@ -39,15 +39,17 @@ from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as _FindCoordinatorV6
+from kio.schema.offset_commit.v8.request import OffsetCommitRequest as _OffsetCommitV8
 from kio.static.primitive import i8, i32, i64
 
 from kafka_group_operator.wire import connection, framing
 
 logger = logging.getLogger(__name__)
 
-OFFSET_COMMIT = 8
-FIND_COORDINATOR = 10
-API_VERSIONS = framing.API_VERSIONS_KEY
+# API keys as Kafka's message schemas define them (kio is generated from those).
+OFFSET_COMMIT = int(_OffsetCommitV8.__api_key__)
+FIND_COORDINATOR = int(_FindCoordinatorV6.__api_key__)
 # (lowest, highest) versions sent. OffsetCommit v0 and v1 are gone from Kafka 4; v9 and
 # later carry KIP-848 member epochs (and topic ids from v10).
 _OFFSET_COMMIT_VERSIONS = (2, 8)
