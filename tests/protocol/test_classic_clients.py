@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import pathlib
+import re
 import subprocess
 import sys
 import threading
@@ -454,7 +455,21 @@ async def test_confluent_classic_static_member_joins_consumes_and_restarts_in_pl
         for process in processes:
             process.kill()
             process.wait(30)
-    assert "Closing connection due to nodename change" not in log.read_text(errors="replace")
+    assert coordinator_connections_closed(log.read_text(errors="replace")) == []
+
+
+def coordinator_connections_closed(log: str) -> list[str]:
+    """The states named by librdkafka's lines closing a coordinator connection for a
+    "nodename change", but ``TRY_CONNECT``. When a consumer first finds its coordinator, its logical
+    coordinator broker may already be in ``TRY_CONNECT`` with no address ("postponing
+    connect"), and taking the address is then logged as a close "after 0ms in state
+    TRY_CONNECT", with no connection to close (a race within librdkafka, in some runs).
+    A connection that was open (``CONNECT``, ``UP`` and the states between) is
+    the looping drop this test guards against."""
+    closes = re.findall(
+        r"Closing connection due to nodename change \(after \d+ms in state (\w+)\)", log
+    )
+    return [state for state in closes if state != "TRY_CONNECT"]
 
 
 async def test_a_member_that_joins_but_never_syncs_is_removed_after_its_rebalance_timeout(
