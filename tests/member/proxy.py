@@ -112,6 +112,11 @@ class Proxy:
         except OSError:
             pass
         finally:
+            # Shut down before closing: the other direction's thread is blocked reading one of
+            # these sockets, and a bare close() then sends no FIN. One side closing is seen by
+            # the other, as through a Service's NAT.
             for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()

@@ -10,6 +10,7 @@ connection to a fenced coordinator for a new one.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -30,15 +31,17 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 SESSION_TIMEOUT_MS = 4_000
 
 
-@pytest.fixture
-def group(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
+@contextlib.contextmanager
+def local_group(
+    broker: embedded.EmbeddedBroker, session_timeout_ms: int, heartbeat_interval_ms: int
+) -> Iterator[demo.LocalGroup]:
     suffix = uuid.uuid4().hex[:8]
     local = demo.LocalGroup(
         group=f"handover-{suffix}",
         topic=f"handover-{suffix}",
         partitions=2,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        heartbeat_interval_ms=100,
+        session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
         state_partitions=1,
     )
     local.start(broker)
@@ -48,7 +51,15 @@ def group(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
         local.stop()
 
 
-def member_config(group: demo.LocalGroup, url: str, instance: str) -> MemberConfig:
+@pytest.fixture
+def group(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
+    with local_group(broker, SESSION_TIMEOUT_MS, heartbeat_interval_ms=100) as local:
+        yield local
+
+
+def member_config(
+    group: demo.LocalGroup, url: str, instance: str, lost_after_ms: int = SESSION_TIMEOUT_MS // 2
+) -> MemberConfig:
     assert group.broker is not None
     settings: dict[str, Any] = {
         "group_id": group.group,
@@ -58,7 +69,7 @@ def member_config(group: demo.LocalGroup, url: str, instance: str) -> MemberConf
         "bootstrap_servers": group.broker.bootstrap,
         "instance_id": instance,
         "commit_interval_ms": 200,
-        "lost_after_ms": SESSION_TIMEOUT_MS // 2,
+        "lost_after_ms": lost_after_ms,
     }
     return MemberConfig(**settings)
 
@@ -183,3 +194,82 @@ def restart_coordinator(group: demo.LocalGroup, service: proxy.Proxy) -> None:
     service.restore()
     starting.join(60)
     assert not starting.is_alive(), "the new coordinator did not get ready"
+
+
+class HeartbeatLog:
+    """Every heartbeat a member sends, as (sent, answered, succeeded) on the monotonic
+    clock: the member's own client, called through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, member: GroupMember) -> None:
+        self.calls: list[tuple[float, float, bool]] = []
+        coordinator = member._client
+        send = coordinator.heartbeat
+
+        def heartbeat(body: client.Json, deadline: float | None = None) -> client.Json:
+            sent = time.monotonic()
+            try:
+                reply = send(body, deadline)
+            except errors.CoordinatorError:
+                self.calls.append((sent, time.monotonic(), False))
+                raise
+            self.calls.append((sent, time.monotonic(), True))
+            return reply
+
+        monkeypatch.setattr(coordinator, "heartbeat", heartbeat)
+
+    def sent_since(self, instant: float) -> list[tuple[float, float, bool]]:
+        return [call for call in self.calls if call[0] >= instant]
+
+    def first_success(self, after: float, timeout: float = 30) -> float:
+        """When the first successful heartbeat sent after ``after`` was sent."""
+        deadline = time.monotonic() + timeout
+        while not (succeeded := [sent for sent, _, ok in self.sent_since(after) if ok]):
+            assert time.monotonic() < deadline, f"no successful heartbeat: {self.calls}"
+            time.sleep(0.01)
+        return succeeded[0]
+
+
+def test_a_member_heartbeats_at_once_when_its_coordinator_dies(
+    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The member heartbeats every 20 s. Its coordinator is SIGKILLed right after one: the
+    member notices its connection closing and heartbeats at once (refused, retried while the
+    new coordinator starts), so its first successful heartbeat comes when the new coordinator
+    serves, not 20 s after the last. A path that keeps closing idle connections then costs at
+    most one early heartbeat per interval, not a loop."""
+    interval_s = 20.0
+    with local_group(broker, session_timeout_ms=60_000, heartbeat_interval_ms=40_000) as group:
+        service = proxy.Proxy("127.0.0.1", port(group.coordinator_url))
+        # Half of lost_after_ms bounds the interval: a heartbeat every 20 s.
+        config = member_config(group, service.url, "member-0", lost_after_ms=int(interval_s * 2000))
+        member = GroupMember(config)
+        heartbeats = HeartbeatLog(monkeypatch, member)
+        running = Running(member).start()
+        try:
+            running.wait_assigned(2)
+            owned = member.assignment
+            # Steady: the heartbeat reporting the assignment is done, the next is 20 s away.
+            time.sleep(1)
+            assert heartbeats.calls[-1][2], heartbeats.calls
+            last = heartbeats.calls[-1][0]
+            killed = time.monotonic()
+            restart_coordinator(group, service)
+            since_kill = heartbeats.sent_since(killed)
+            assert since_kill, "no heartbeat while the coordinator restarted"
+            assert since_kill[0][0] - killed < 1.0, since_kill
+            answered = heartbeats.first_success(after=killed, timeout=interval_s)
+            assert answered < last + interval_s, heartbeats.sent_since(killed)
+            assert member.assignment == owned
+            assert running.failure is None
+
+            # Connections closed while idle, every 0.2 s for 5 s: one early heartbeat at most.
+            closing = time.monotonic()
+            while time.monotonic() < closing + 5:
+                service.cut()
+                service.restore()
+                time.sleep(0.2)
+            assert len(heartbeats.sent_since(closing)) <= 1, heartbeats.sent_since(closing)
+            assert member.assignment == owned
+        finally:
+            running.stop()
+            service.close()

@@ -16,6 +16,11 @@ disconnect). A request answered ``NOT_COORDINATOR`` with a new address is sent t
 (it was not applied: a coordinator answers NOT_COORDINATOR only for what it did not apply),
 as Kafka's consumer sends its request as soon as FindCoordinator answers; a second such answer
 in a row (coordinators naming each other) is raised as ``CoordinatorMoved``, retriable.
+
+A coordinator that dies closes its connections (its kernel does, even after SIGKILL), as one
+that stops or hands a partition over does: ``idle_socket`` lets the member's heartbeat thread
+watch its kept-alive connection between two heartbeats and notice at once, as Kafka's
+consumer notices a disconnected coordinator in its network client's poll.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
 import threading
 import time
 import urllib.parse
@@ -108,7 +114,7 @@ class CoordinatorClient:
         connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
         if connection is not None and getattr(self._local, "target", None) != self._parsed:
             # Opened to the coordinator before the one now followed.
-            self._drop_connection()
+            self.drop_connection()
             connection = None
         if connection is None:
             self._local.target = target = self._parsed
@@ -129,7 +135,18 @@ class CoordinatorClient:
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
 
-    def _drop_connection(self) -> None:
+    def idle_socket(self) -> socket.socket | None:
+        """The socket of this thread's kept-alive connection, if one is open: between two
+        requests it turns readable only when the coordinator closed it (or sent what was not
+        asked for), and the connection is then of no further use."""
+        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
+        if connection is None or getattr(self._local, "target", None) != self._parsed:
+            return None
+        sock: socket.socket | None = connection.sock
+        return sock
+
+    def drop_connection(self) -> None:
+        """Close this thread's connection: its next request opens a new one."""
         connection = getattr(self._local, "connection", None)
         if connection is not None:
             connection.close()
@@ -169,7 +186,7 @@ class CoordinatorClient:
                 raw = response.read()
                 break
             except (OSError, http.client.HTTPException) as error:
-                self._drop_connection()
+                self.drop_connection()
                 # A kept-alive connection the server closed in between fails on first use:
                 # one retry on a fresh connection tells that apart from a coordinator that
                 # is really gone. A timeout is never retried: the server may be processing
@@ -190,7 +207,7 @@ class CoordinatorClient:
         if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
             error_class = errors.BY_NAME.get(decoded["error"], errors.CoordinatorError)
             if issubclass(error_class, REDISCOVER_ERRORS):
-                self._drop_connection()
+                self.drop_connection()
             message = str(decoded.get("message", ""))
             if issubclass(error_class, errors.NotCoordinator) and self._follow(
                 self._hinted(decoded)
@@ -198,7 +215,7 @@ class CoordinatorClient:
                 raise CoordinatorMoved(f"{message} (now following {self.coordinator_url})")
             raise error_class(message)
         if response.status >= 500:
-            self._drop_connection()
+            self.drop_connection()
             raise CoordinatorUnreachable(f"HTTP {response.status} from the coordinator")
         raise errors.CoordinatorError(f"unexpected HTTP {response.status} from the coordinator")
 
@@ -243,4 +260,4 @@ class CoordinatorClient:
         return self.request("GET", "")
 
     def close(self) -> None:
-        self._drop_connection()
+        self.drop_connection()

@@ -3,7 +3,8 @@
 Theory of operation. Three threads share one small, locked state:
 
 * the **heartbeat thread** talks to the coordinator every ``heartbeatIntervalMs`` (sooner
-  when ownership changed) and records the assignment each reply brings as the *target*;
+  when ownership changed, or when the coordinator closed the connection: see below) and
+  records the assignment each reply brings as the *target*;
 * the **consumer thread** (the caller's, iterating or running a handler) reconciles the
   confluent-kafka ``Consumer`` towards the target between two messages: it first drops
   partitions it *lost*, then *revokes* (commit what was processed, ``incremental_unassign``,
@@ -31,6 +32,15 @@ is doing: blocked on a black-holed connection, or frozen together with the whole
 (SIGSTOP, a GC pause, a suspended VM) and woken up with stale messages already fetched. Each
 heartbeat is bounded by the time left before ``fresh_until`` and never retried past it.
 
+A coordinator that dies (a crash, an OOM kill, a SIGKILL) or stops closes the heartbeat
+thread's kept-alive connection, and the heartbeat thread, which watches it between two
+heartbeats, heartbeats at once instead of when the next one is due: it finds the group's new
+coordinator (retrying while the partition moves) seconds earlier, well before ``fresh_until``,
+as Kafka's consumer marks a disconnected coordinator unknown and looks it up again at once. At
+most one such early heartbeat per heartbeat interval, so a path that closes idle connections
+(a proxy's idle timeout) costs one more heartbeat per interval, not a loop. A node that
+vanishes closes nothing; its members notice at their next heartbeat.
+
 Stopping (``stop()``, or SIGTERM after ``install_signal_handlers()``): no further message is
 handed out, the one in flight finishes, processed offsets are committed, and the member
 leaves with epoch -2 (static: it keeps its partitions for the session timeout, so a restart
@@ -39,10 +49,13 @@ gets them back) or -1 when asked to leave for good.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
+import selectors
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -105,6 +118,42 @@ def retry_delay(backoff_s: float, error: errors.CoordinatorError) -> float:
     if isinstance(error, COORDINATOR_MOVING_ERRORS):
         backoff_s = min(backoff_s, COORDINATOR_MOVING_BACKOFF_MAX_S)
     return backoff_s * random.uniform(0.8, 1.2)
+
+
+class _Wake:
+    """Wakes the heartbeat thread, like a ``threading.Event`` it can also wait on together
+    with a socket (the coordinator connection it watches): ``set`` writes a byte to a socket
+    pair. Lock-free, because ``set`` is called from signal handlers (through ``stop``)."""
+
+    def __init__(self) -> None:
+        self._receiver, self._sender = socket.socketpair()
+        self._receiver.setblocking(False)
+        self._sender.setblocking(False)
+
+    def set(self) -> None:
+        # A full socket pair already wakes the waiter; a closed one has no waiter left.
+        with contextlib.suppress(OSError):
+            self._sender.send(b"\0")
+
+    def clear(self) -> None:
+        """Forget earlier wakes (a wake that races with this still wakes the next wait)."""
+        with contextlib.suppress(OSError):
+            while self._receiver.recv(4096):
+                pass
+
+    def wait(self, timeout: float, watch: socket.socket | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for a wake, or for ``watch`` to turn readable;
+        True if ``watch`` did."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._receiver, selectors.EVENT_READ)
+            if watch is not None:
+                selector.register(watch, selectors.EVENT_READ)
+            ready = selector.select(max(timeout, 0.0))
+        return watch is not None and any(key.fileobj is watch for key, _ in ready)
+
+    def close(self) -> None:
+        self._receiver.close()
+        self._sender.close()
 
 
 class MemberError(Exception):
@@ -173,7 +222,9 @@ class GroupMember:
         self._stopping = threading.Event()
         self._permanent = False
         self._closed = threading.Event()
-        self._wake = threading.Event()
+        self._wake = _Wake()
+        # Heartbeat-thread state: no early heartbeat (see the module doc) before this instant.
+        self._early_allowed_at = 0.0
         self._reconcile_needed = threading.Event()
         self._commits: queue.Queue[Callable[[], object] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -277,6 +328,7 @@ class GroupMember:
             self._consumer.close()
             self._consumer = None
         self._client.close()
+        self._wake.close()
 
     # --------------------------------------------------------------------- consumer thread
 
@@ -530,7 +582,17 @@ class GroupMember:
             backoff = BACKOFF_INITIAL_S
             self._apply_reply(reply, sent_at, generation)
             # Heartbeat well before the ownership goes stale, whatever the interval.
-            self._wake.wait(min(self._interval_s, lost_after_s / 2))
+            self._idle(min(self._interval_s, lost_after_s / 2))
+
+    def _idle(self, seconds: float) -> None:
+        """Wait ``seconds`` for the next heartbeat, or less: when woken, or when the
+        coordinator closes the connection (once per ``seconds`` at most)."""
+        now = time.monotonic()
+        watch = self._client.idle_socket() if now >= self._early_allowed_at else None
+        if self._wake.wait(seconds, watch):
+            self._client.drop_connection()
+            self._early_allowed_at = now + seconds
+            logger.info("the coordinator closed the connection: heartbeating at once")
 
     def _apply_reply(self, reply: Mapping[str, Any], sent_at: float, generation: int) -> None:
         with self._lock:
