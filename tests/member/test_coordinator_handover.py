@@ -202,16 +202,20 @@ class HeartbeatLog:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, member: GroupMember) -> None:
         self.calls: list[tuple[float, float, bool]] = []
+        self.in_flight = False
         coordinator = member._client
         send = coordinator.heartbeat
 
         def heartbeat(body: client.Json, deadline: float | None = None) -> client.Json:
             sent = time.monotonic()
+            self.in_flight = True
             try:
                 reply = send(body, deadline)
             except errors.CoordinatorError:
                 self.calls.append((sent, time.monotonic(), False))
                 raise
+            finally:
+                self.in_flight = False
             self.calls.append((sent, time.monotonic(), True))
             return reply
 
@@ -219,6 +223,20 @@ class HeartbeatLog:
 
     def sent_since(self, instant: float) -> list[tuple[float, float, bool]]:
         return [call for call in self.calls if call[0] >= instant]
+
+    def wait_steady(self, quiet_s: float = 1.0, timeout: float = 30) -> float:
+        """Wait until the last heartbeat succeeded ``quiet_s`` ago and none is in flight;
+        when that last one was sent."""
+        deadline = time.monotonic() + timeout
+        while (
+            self.in_flight
+            or not self.calls
+            or not self.calls[-1][2]
+            or time.monotonic() - self.calls[-1][1] < quiet_s
+        ):
+            assert time.monotonic() < deadline, f"heartbeats never settled: {self.calls}"
+            time.sleep(0.05)
+        return self.calls[-1][0]
 
     def first_success(self, after: float, timeout: float = 30) -> float:
         """When the first successful heartbeat sent after ``after`` was sent."""
@@ -232,15 +250,15 @@ class HeartbeatLog:
 def test_a_member_heartbeats_at_once_when_its_coordinator_dies(
     broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The member heartbeats every 20 s. Its coordinator is SIGKILLed right after one: the
+    """The member heartbeats every 40 s. Its coordinator is SIGKILLed right after one: the
     member notices its connection closing and heartbeats at once (refused, retried while the
     new coordinator starts), so its first successful heartbeat comes when the new coordinator
-    serves, not 20 s after the last. A path that keeps closing idle connections then costs at
+    serves, not 40 s after the last. A path that keeps closing idle connections then costs at
     most one early heartbeat per interval, not a loop."""
-    interval_s = 20.0
-    with local_group(broker, session_timeout_ms=60_000, heartbeat_interval_ms=40_000) as group:
+    interval_s = 40.0
+    with local_group(broker, session_timeout_ms=120_000, heartbeat_interval_ms=80_000) as group:
         service = proxy.Proxy("127.0.0.1", port(group.coordinator_url))
-        # Half of lost_after_ms bounds the interval: a heartbeat every 20 s.
+        # Half of lost_after_ms bounds the interval: a heartbeat every 40 s.
         config = member_config(group, service.url, "member-0", lost_after_ms=int(interval_s * 2000))
         member = GroupMember(config)
         heartbeats = HeartbeatLog(monkeypatch, member)
@@ -248,10 +266,8 @@ def test_a_member_heartbeats_at_once_when_its_coordinator_dies(
         try:
             running.wait_assigned(2)
             owned = member.assignment
-            # Steady: the heartbeat reporting the assignment is done, the next is 20 s away.
-            time.sleep(1)
-            assert heartbeats.calls[-1][2], heartbeats.calls
-            last = heartbeats.calls[-1][0]
+            # Steady: the heartbeat reporting the assignment is done, the next is 40 s away.
+            last = heartbeats.wait_steady()
             killed = time.monotonic()
             restart_coordinator(group, service)
             since_kill = heartbeats.sent_since(killed)
