@@ -370,6 +370,7 @@ async def test_a_fence_over_every_partition_asks_each_partitions_coordinator(
             assert refused.value.retriable
             assert "state partitions [2, 3]" in str(refused.value)
             await _the_schedule_waits_for_a_fence(port)
+            await _a_replica_without_partition_0_leaves_the_schedule(port, broker, state_topic)
             # A later attempt, once b is back, fences every partition again.
             async with replica(broker.bootstrap, state_topic, "b", ports):
                 again = await coordinator_port.wait_for(
@@ -452,6 +453,31 @@ async def _the_schedule_waits_for_a_fence(port: coordinator_port.RoutingCoordina
         await compaction._compact_due(settings, lambda: operator, logger, due, 86_400.0)
         (line,) = logged
         assert line.startswith(f"compaction due at {due} not run: no read fence before")
+    await kube.close()
+
+
+async def _a_replica_without_partition_0_leaves_the_schedule(
+    port: coordinator_port.RoutingCoordinator, broker: embedded.EmbeddedBroker, state_topic: str
+) -> None:
+    """Every replica keeps the schedule; one that does not coordinate state partition 0 runs
+    nothing when a compaction is due, not even a fence: no marker is appended anywhere."""
+    settings = compaction.CompactionSchedule("0 3 * * *", "file:///nowhere", "kgo")
+    due = datetime.datetime.now(datetime.UTC)
+    logger = logging.getLogger("compaction-test")
+    logger.setLevel(logging.INFO)  # the line is an INFO: two replicas of three say it each time
+    kube = kube_client.KubeClient()  # never used: nothing runs
+    served = SETS["a"]
+    operator = compaction.Operator(
+        port, PARTITIONS, kube, {}, "unused:9092", "unused", compacts=lambda: False
+    )
+    before = job_topics.stable_ends(broker.bootstrap, state_topic, served)
+    with _records(logger) as logged:
+        # Bounded: a replica that went for the fence would wait for it until tomorrow.
+        await asyncio.wait_for(
+            compaction._compact_due(settings, lambda: operator, logger, due, 0.05), 10
+        )
+    assert logged == [f"compaction due at {due} left to the replica coordinating state partition 0"]
+    assert job_topics.stable_ends(broker.bootstrap, state_topic, served) == before
     await kube.close()
 
 

@@ -13,7 +13,8 @@ the state-topic compaction. Thin glue: each handler reads its resource, calls on
   administrative commit, resume). The audit lands in ``status.lastReset``. Assignment stays
   paused while the ResetInProgress condition is True (``consumer_groups.reconcile`` honours it).
 * **Compaction** of the state topic on the chart's schedule (``jobs.compaction``), fenced
-  partition by partition by each one's coordinator.
+  partition by partition by each one's coordinator, run by the replica coordinating state
+  partition 0.
 
 Every call on a group or a state partition goes through the control plane's port
 (``coordinator_port.port_of``), as the ConsumerGroup handlers' do: the group's coordinator
@@ -38,6 +39,7 @@ from kafka_group_operator.handlers import (
     consumer_groups,
     coordinator_port,
     kafka_probe,
+    lease_shards,
     lifecycle,
     ownership,
 )
@@ -244,6 +246,8 @@ def _running_operator(memo: Any) -> compaction.Operator | None:
     state = memo.get(lifecycle.STATE_KEY)
     if not isinstance(state, lifecycle.OperatorState):
         return None
+    shards = memo.get(lifecycle.SHARDS_KEY)
+    holder = shards.elector.holds if isinstance(shards, lease_shards.LeasedShards) else None
     return compaction.Operator(
         fences=coordinator_port.port_of(state),
         partitions=state.config.state_partitions,
@@ -251,6 +255,8 @@ def _running_operator(memo: Any) -> compaction.Operator | None:
         memo=memo,
         bootstrap=state.config.bootstrap_servers,
         state_topic=state.config.state_topic,
+        # With Leases, the replica coordinating state partition 0; alone, this one.
+        compacts=(lambda: holder(0)) if holder is not None else lambda: True,
     )
 
 
@@ -259,9 +265,6 @@ async def start_compaction_schedule(memo: Any, logger: Any, **_: Any) -> None:
     settings = compaction.schedule_of(os.environ)
     if settings is None:
         logger.info("state-topic compaction is not scheduled (no schedule or storage URI)")
-        return
-    if not compaction.schedules_here(os.environ):
-        logger.info("state-topic compaction is scheduled on the first replica, not this one")
         return
     memo[COMPACTION_KEY] = asyncio.create_task(
         compaction.loop(settings, lambda: _running_operator(memo), logger),

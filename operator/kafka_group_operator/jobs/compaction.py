@@ -11,6 +11,11 @@ partition; the replicas' internal token does. While some partition has no coordi
 answers (its Lease is changing hands, its replica is away) there is no fence and nothing is
 run: the compaction is tried again after ``RETRY_SECONDS`` (doubling), until the next
 scheduled time. The job writes the checkpoint and nothing else.
+
+Every replica keeps the schedule (they share it and the storage), and at each attempt only
+the one that coordinates state partition 0 runs it (``Operator.compacts``): at most one
+replica holds that Lease at a time, so two never write one checkpoint at once, and when that
+replica goes away the schedule goes on with the partition's next holder.
 """
 
 from __future__ import annotations
@@ -52,21 +57,6 @@ def schedule_of(env: Mapping[str, str]) -> CompactionSchedule | None:
     return CompactionSchedule(schedule, storage, env.get("KGO_POD_NAMESPACE", "default"))
 
 
-def schedules_here(env: Mapping[str, str]) -> bool:
-    """Whether this replica runs the schedule: with several replicas, only the first
-    (``<statefulset>-0``), so that two replicas never write the same checkpoint at once (every
-    replica has the same schedule and storage). While that pod is away no checkpoint is
-    written; the loaders read a little more log meanwhile, nothing is lost."""
-    try:
-        replicas = int(env.get("KGO_REPLICAS", "1"))
-    except ValueError:
-        replicas = 1
-    if replicas <= 1:
-        return True
-    pod = (env.get("KGO_POD_NAME") or env.get("HOSTNAME") or "").strip()
-    return pod.rpartition("-")[2] == "0"
-
-
 async def run_to_end(
     runner: job_runner.JobRunner, run: job_runner.JobRun, poll_seconds: float
 ) -> job_runner.JobOutcome:
@@ -99,6 +89,9 @@ class Operator:
     memo: Any
     bootstrap: str
     state_topic: str
+    # Whether this replica runs the compaction now: it coordinates state partition 0 (with
+    # one replica, always).
+    compacts: Callable[[], bool] = lambda: True
 
 
 async def compact_once(
@@ -163,6 +156,11 @@ async def _compact_due(
         running = operator()
         if running is None:
             logger.warning("compaction due at %s skipped: the coordinator is not running", due)
+            return
+        if not running.compacts():
+            logger.info(
+                "compaction due at %s left to the replica coordinating state partition 0", due
+            )
             return
         try:
             outcome = await compact_once(running, settings, due)
