@@ -354,3 +354,43 @@ async def test_a_broker_newer_than_kio_is_capped() -> None:
         (1, 4, 99),  # passed through: never decoded
         (3, 0, metadata_max),
     ]
+
+
+async def test_the_clients_connection_closes_with_the_listeners(
+    broker: embedded.EmbeddedBroker, runtime: coordinator_runtime.CoordinatorRuntime
+) -> None:
+    """A client's connection to the coordinator port lives as long as the gateway's own to the
+    coordinator listener: while the listener serves, it stays open between requests; when the
+    listener goes (its replica stopped or died), the client's connection is closed too, as a
+    dead coordinator's would be, so the client looks its coordinator up again at once. The
+    gateway goes on accepting connections."""
+    listener = protocol_listener.Listener(
+        runtime, tokens.GroupTokens({GROUP: TOKEN}), protocol_listener.ListenerConfig(port=0)
+    )
+    await listener.start()
+    served = protocol_gateway.Gateway(gateway_config(broker, listener.port))
+    await served.start()
+    client = await Connection.open(served.port)
+    try:
+        # ApiVersions opens the connection to the listener (its versions are advertised).
+        assert (
+            await client.call(
+                ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            )
+        ).error_code == 0
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.reader.read(1), 1.0)  # open while the listener is
+        await listener.stop()
+        assert await client.closed_by_peer()
+        later = await Connection.open(served.port)
+        everything = MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        try:
+            assert (await later.call(everything)).brokers
+        finally:
+            await later.close()
+    finally:
+        await client.close()
+        await served.stop()
+        await listener.stop()

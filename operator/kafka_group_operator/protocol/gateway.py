@@ -8,7 +8,9 @@ connections. The gateway listens on loopback:
   (``GROUP_APIS``) go to the coordinator listener, on a connection the gateway authenticated
   with SASL/PLAIN as the group (username = group id, password = the group's token);
   everything else (ApiVersions, Metadata, ...) goes to a broker, so that the client sees one
-  consistent cluster: the brokers' topics and nodes, and our coordinator;
+  consistent cluster: the brokers' topics and nodes, and our coordinator. When the listener
+  closes the gateway's connection (its replica stopped or died), the client's is closed too,
+  as a dead coordinator's would be;
 - one **broker port** per upstream broker, opened when a reply first names that broker: every
   request goes to that broker;
 - one **peer coordinator port** per other coordinator listener, opened when FindCoordinator
@@ -293,10 +295,16 @@ class Gateway:
         listener: tuple[str, int],
     ) -> None:
         """Two upstreams (the ``listener`` for ``GROUP_APIS``, a broker for the rest), each
-        opened on first use; replies go back in request order, as Kafka clients expect."""
+        opened on first use; replies go back in request order, as Kafka clients expect.
+
+        When the listener closes its connection (its coordinator stopped, died or handed the
+        group over), the client's connection is closed too once the replies already received
+        are sent: the client sees its coordinator's node go, as it would see a broker's, and
+        looks the coordinator up again at once instead of at its next request."""
         lanes: dict[str, _Lane] = {}
         # Bounded: a client that sends without reading stops being read (as a broker mutes it).
         order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue(MAX_IN_FLIGHT)
+        listener_closed = asyncio.Event()
 
         async def lane(kind: str) -> _Lane:
             if kind not in lanes:
@@ -305,6 +313,8 @@ class Gateway:
                 else:
                     up_reader, up_writer = await self._connect_bootstrap()
                 lanes[kind] = _Lane(up_reader, up_writer, self.config.max_response_bytes)
+                if kind == "listener":
+                    lanes[kind].ended.add_done_callback(lambda _: listener_closed.set())
             return lanes[kind]
 
         async def requests() -> None:
@@ -334,9 +344,15 @@ class Gateway:
                     payload = await self._rewrite(payload, entry, coordinator_port=True)
                 _write_frame(writer, payload)
                 await writer.drain()
+                order.task_done()
+
+        async def coordinator_gone() -> None:
+            await listener_closed.wait()
+            # A reply still owed by the listener fails, which ends replies() first.
+            await order.join()
 
         try:
-            await _first_to_end(requests(), replies())
+            await _first_to_end(requests(), replies(), coordinator_gone())
         finally:
             for each in lanes.values():
                 await each.close()
@@ -672,6 +688,11 @@ class _Lane:
         self.writer = writer
         self._waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
         self._reader = asyncio.ensure_future(self._read(reader, max_bytes))
+
+    @property
+    def ended(self) -> asyncio.Future[None]:
+        """Done once the upstream connection is closed (or broke the protocol)."""
+        return self._reader
 
     def send(self, payload: bytes, correlation_id: int) -> asyncio.Future[bytes]:
         reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
