@@ -18,7 +18,8 @@ as Kafka's consumer sends its request as soon as FindCoordinator answers; a seco
 in a row (coordinators naming each other) is raised as ``CoordinatorMoved``, retriable.
 
 A coordinator that dies closes its connections (its kernel does, even after SIGKILL), as one
-that stops or hands a partition over does: ``idle_socket`` lets the member's heartbeat thread
+that stops does (one that merely lost the group's partition keeps them open and answers
+``NOT_COORDINATOR``): ``idle_socket`` lets the member's heartbeat thread
 watch its kept-alive connection between two heartbeats and notice at once, as Kafka's
 consumer notices a disconnected coordinator in its network client's poll.
 """

@@ -297,10 +297,10 @@ class Gateway:
         """Two upstreams (the ``listener`` for ``GROUP_APIS``, a broker for the rest), each
         opened on first use; replies go back in request order, as Kafka clients expect.
 
-        When the listener closes its connection (its coordinator stopped, died or handed the
-        group over), the client's connection is closed too once the replies already received
-        are sent: the client sees its coordinator's node go, as it would see a broker's, and
-        looks the coordinator up again at once instead of at its next request."""
+        When the listener closes its connection (its coordinator stopped or died), the
+        client's connection is closed too once the replies already received are sent: the
+        client sees its coordinator's node go, as it would see a broker's, and looks the
+        coordinator up again at once instead of at its next request."""
         lanes: dict[str, _Lane] = {}
         # Bounded: a client that sends without reading stops being read (as a broker mutes it).
         order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue(MAX_IN_FLIGHT)
