@@ -15,7 +15,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import test_utils, web
 
-from kafka_group_operator.api import app, discovery, openapi, tokens
+from kafka_group_operator.access import discovery, tokens
+from kafka_group_operator.api import app, openapi
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import client as member_client

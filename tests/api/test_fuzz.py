@@ -34,7 +34,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import checks
 
-from kafka_group_operator.api import app, openapi, tokens
+from kafka_group_operator.access import tokens
+from kafka_group_operator.api import app, openapi
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime

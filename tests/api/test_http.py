@@ -25,7 +25,8 @@ from confluent_kafka import admin as kafka_admin
 from confluent_kafka import cimpl
 from yarl import URL
 
-from kafka_group_operator.api import app, openapi, tokens
+from kafka_group_operator.access import tokens
+from kafka_group_operator.api import app, openapi
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import lifecycle
 from kafka_group_operator.runtime import coordinator_runtime

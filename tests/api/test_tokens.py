@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from aiohttp import test_utils
 
-from kafka_group_operator.api import app, tokens
+from kafka_group_operator.access import tokens
+from kafka_group_operator.api import app
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.runtime import coordinator_runtime
 

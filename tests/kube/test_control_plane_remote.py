@@ -25,8 +25,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from kafka_group_operator.access import tokens
 from kafka_group_operator.api import app as api_app
-from kafka_group_operator.api import internal, tokens
+from kafka_group_operator.api import internal
 from kafka_group_operator.commands import kube_operator
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.handlers import ownership
 from kafka_group_operator.kube import client as kube_client

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime

@@ -25,7 +25,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway

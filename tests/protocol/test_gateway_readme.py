@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway

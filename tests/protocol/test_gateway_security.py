@@ -18,7 +18,7 @@ import scramp  # type: ignore[import-untyped]
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener

@@ -20,7 +20,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.types import GroupId
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener

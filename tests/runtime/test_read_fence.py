@@ -19,7 +19,8 @@ from confluent_kafka import Consumer
 
 from kafka_group_jobs import errors as job_errors
 from kafka_group_jobs import fence, topics
-from kafka_group_operator.api import app, tokens
+from kafka_group_operator.access import tokens
+from kafka_group_operator.api import app
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime, writer

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from kafka_group_operator.commands import demo, describe
+from kafka_group_operator.commands import common, demo
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_records import codec, records
 
@@ -198,12 +198,12 @@ def test_kgo_describe_prints_the_group(group: demo.LocalGroup) -> None:
     for instance, partitions in owned.items():
         row = next(line for line in printed.splitlines() if line.startswith(instance))
         assert f" {len(partitions)} " in row
-        assert describe.compact_partitions({group.topic: [p for _, p in partitions]}) in row
+        assert common.compact_partitions({group.topic: [p for _, p in partitions]}) in row
 
 
 def test_compact_partitions() -> None:
-    assert describe.compact_partitions({"t": [5, 0, 1, 2, 7, 8]}) == "t[0-2,5,7-8]"
-    assert describe.compact_partitions({}) == "-"
+    assert common.compact_partitions({"t": [5, 0, 1, 2, 7, 8]}) == "t[0-2,5,7-8]"
+    assert common.compact_partitions({}) == "-"
 
 
 def test_a_permanent_leave_moves_its_partitions_at_once(group: demo.LocalGroup) -> None:

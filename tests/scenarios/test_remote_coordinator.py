@@ -22,8 +22,9 @@ import pytest
 from aiohttp import web
 
 from kafka_group_jobs import topics as job_topics
+from kafka_group_operator.access import discovery, tokens
 from kafka_group_operator.api import app as api_app
-from kafka_group_operator.api import discovery, internal, tokens
+from kafka_group_operator.api import internal
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import coordinator_port

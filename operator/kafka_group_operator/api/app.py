@@ -27,7 +27,8 @@ from typing import Protocol, TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from kafka_group_operator.api import discovery, internal, openapi, tokens, wire
+from kafka_group_operator.access import discovery, tokens
+from kafka_group_operator.api import internal, openapi, wire
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.runtime import coordinator_runtime
 

@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from kafka_group_operator.api import tokens, wire
+from kafka_group_operator.access import tokens
+from kafka_group_operator.api import wire
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.runtime import mirror
 

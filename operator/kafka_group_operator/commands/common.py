@@ -92,3 +92,17 @@ def dump(value: Mapping[str, Any] | Sequence[Any], output: str) -> str:
         ) from None
     text: str = yaml.safe_dump(value, sort_keys=False).rstrip("\n")
     return text
+
+
+def compact_partitions(assignment: Mapping[str, Sequence[int]]) -> str:
+    """``{"orders": [0, 1, 2, 5]}`` as ``orders[0-2,5]``."""
+    parts = []
+    for topic, partitions in sorted(assignment.items()):
+        ranges: list[str] = []
+        for partition in sorted(partitions):
+            if ranges and ranges[-1].split("-")[-1] == str(partition - 1):
+                ranges[-1] = f"{ranges[-1].split('-')[0]}-{partition}"
+            else:
+                ranges.append(str(partition))
+        parts.append(f"{topic}[{','.join(ranges)}]")
+    return " ".join(parts) or "-"

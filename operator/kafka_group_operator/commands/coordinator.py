@@ -44,8 +44,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kafka_group_operator.access import discovery, tokens
 from kafka_group_operator.api import app as api_app
-from kafka_group_operator.api import discovery, tokens
 from kafka_group_operator.commands import common, kafka_lookup
 from kafka_group_operator.coordinator import messages
 

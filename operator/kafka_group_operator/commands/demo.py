@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kafka_group_operator.api import tokens
-from kafka_group_operator.commands import describe
+from kafka_group_operator.access import tokens
+from kafka_group_operator.commands import common, describe
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import client
 
@@ -889,7 +889,7 @@ def snapshot_and_restore(screen: Screen, coordinator: client.CoordinatorClient) 
         "",
         f"snapshot written to {manifest['location']}",
         f"  {manifest['records']} offsets of partitions "
-        f"{describe.compact_partitions(manifest['partitions'])}, taken at {manifest['takenAt']}",
+        f"{common.compact_partitions(manifest['partitions'])}, taken at {manifest['takenAt']}",
         f"  state-topic records covered: {covered}",
         f"  checksum {manifest['checksum']}",
     )
@@ -1016,7 +1016,7 @@ def kafka_client_joins(screen: Screen, instance: str, seconds: float) -> None:
     screen.note(
         "",
         f"{instance} (confluent-kafka, importing nothing of kgo; bootstrap = the gateway) owns "
-        f"{describe.compact_partitions(_by_topic(owned))} and commits them, "
+        f"{common.compact_partitions(_by_topic(owned))} and commits them, "
         f"{joined:.1f} s after it started:",
         *offsets_table(group.topic, [("first commit seen", first), ("committed now", committed)]),
     )

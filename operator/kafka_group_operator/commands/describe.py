@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
+
+from kafka_group_operator.commands import common
 
 
 def register(subparsers: Any) -> None:
@@ -28,20 +30,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def compact_partitions(assignment: Mapping[str, Sequence[int]]) -> str:
-    """``{"orders": [0, 1, 2, 5]}`` as ``orders[0-2,5]``."""
-    parts = []
-    for topic, partitions in sorted(assignment.items()):
-        ranges: list[str] = []
-        for partition in sorted(partitions):
-            if ranges and ranges[-1].split("-")[-1] == str(partition - 1):
-                ranges[-1] = f"{ranges[-1].split('-')[0]}-{partition}"
-            else:
-                ranges.append(str(partition))
-        parts.append(f"{topic}[{','.join(ranges)}]")
-    return " ".join(parts) or "-"
-
-
 def render(description: Mapping[str, Any]) -> str:
     """A readable table of a group description (the member API's JSON)."""
     lag_by_partition = {(e["topic"], e["partition"]): e["lag"] for e in description["lag"]}
@@ -60,8 +48,8 @@ def render(description: Mapping[str, Any]) -> str:
             for p in partitions
         )
         pending = member["partitionsPendingRevocation"]
-        partitions = compact_partitions(owned) + (
-            f"  revoking {compact_partitions(pending)}" if pending else ""
+        partitions = common.compact_partitions(owned) + (
+            f"  revoking {common.compact_partitions(pending)}" if pending else ""
         )
         lines.append(
             f"{(member['instanceId'] or member['memberId'])[:22]:<22} "

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from kafka_group_operator.commands import common, kafka_lookup
-from kafka_group_operator.commands.describe import compact_partitions
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.member import client
 from kafka_group_records import resets
@@ -276,7 +275,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 m["epoch"],
                 m["state"],
                 m["partitions"],
-                compact_partitions(m["assignment"]),
+                common.compact_partitions(m["assignment"]),
             )
             for m in members
         ]

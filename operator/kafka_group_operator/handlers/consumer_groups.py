@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import kopf
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import lag_health, messages
 from kafka_group_operator.handlers import (

@@ -36,17 +36,15 @@ import functools
 import urllib.parse
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
 from kafka_group_operator.api import internal, wire
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.runtime import mirror
+from kafka_group_operator.handlers import config as operator_config
+from kafka_group_operator.runtime import coordinator_runtime, mirror
 from kafka_group_records import partitioning
-
-if TYPE_CHECKING:
-    from kafka_group_operator.handlers import lifecycle
 
 T = TypeVar("T")
 
@@ -503,7 +501,23 @@ async def _nothing(_: CoordinatorPort) -> None:
     return None
 
 
-def port_of(state: lifecycle.OperatorState) -> RoutingCoordinator:
+class PortOwner(Protocol):
+    """What ``port_of`` reads and sets: the running operator's state (``lifecycle``'s
+    ``OperatorState``), described here so that this module need not import its user."""
+
+    coordinators: RoutingCoordinator | None
+
+    @property
+    def config(self) -> operator_config.OperatorConfig: ...
+
+    @property
+    def runtime(self) -> coordinator_runtime.CoordinatorRuntime: ...
+
+    @property
+    def tokens(self) -> internal.MutableTokens: ...
+
+
+def port_of(state: PortOwner) -> RoutingCoordinator:
     """The state's port, built on first use from its runtime, tokens and settings."""
     if state.coordinators is None:
         config = state.config

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka_group_operator.api import discovery
+from kafka_group_operator.access import discovery
 from kafka_group_operator.kube import client as kube_client
 from kafka_group_operator.kube import elector
 from kafka_group_operator.protocol import peers

@@ -21,10 +21,10 @@ from typing import Any
 import kopf
 from aiohttp import web
 
+from kafka_group_operator.access import tokens
 from kafka_group_operator.api import app as api_app
 from kafka_group_operator.api import internal as api_internal
 from kafka_group_operator.api import metrics as metrics_api
-from kafka_group_operator.api import tokens
 from kafka_group_operator.coordinator import lag_health
 from kafka_group_operator.handlers import config as operator_config
 from kafka_group_operator.handlers import coordinator_port, lease_shards, ownership

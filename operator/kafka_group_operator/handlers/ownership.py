@@ -22,7 +22,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import errors as coordinator_errors
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.kube import client as kube_client

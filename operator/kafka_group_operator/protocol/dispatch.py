@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.protocol import peers
 from kafka_group_operator.wire import framing

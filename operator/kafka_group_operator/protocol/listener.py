@@ -32,7 +32,7 @@ from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.protocol import dispatch, peers, routes
 from kafka_group_operator.wire import framing
 

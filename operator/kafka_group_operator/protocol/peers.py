@@ -1,6 +1,6 @@
 """Which coordinator listener serves a group when several coordinators split the state topic.
 
-The Kafka-protocol twin of ``api.discovery.Directory``: ``kgo coordinator --partitions 0-24``
+The Kafka-protocol twin of ``access.discovery.Directory``: ``kgo coordinator --partitions 0-24``
 serves only those state partitions, and ``--kafka-peers 25-49=b:9092,...`` names the Kafka
 listener of the coordinator serving each other one. FindCoordinator then answers a group's
 own coordinator (as a Kafka broker names the leader of the group's ``__consumer_offsets``
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kafka_group_operator.api import discovery
+from kafka_group_operator.access import discovery
 from kafka_group_records import partitioning
 
 Address = tuple[str, int]

@@ -1,11 +1,11 @@
 """SaslHandshake and SaslAuthenticate: SASL/PLAIN, username = group id, password = token.
 
-The tokens are the member API's (``api.tokens``): a connection authenticated as group A
+The tokens are the member API's (``access.tokens``): a connection authenticated as group A
 is refused (``GROUP_AUTHORIZATION_FAILED``) on every request about group B. As in Kafka, a
 failed authentication is answered and then the connection is closed, and nothing but
 ApiVersions and these two APIs is served before authentication when tokens are required.
 
-While the operator is still reading the groups' tokens (after a start, ``api.tokens``), a
+While the operator is still reading the groups' tokens (after a start, ``access.tokens``), a
 group without a token yet cannot be told apart from one that has none. Refusing it would be
 fatal to the client, so SaslAuthenticate is held until the tokens are loaded, for at most
 ``Services.loading_hold_s``; still loading then, it is answered
@@ -21,7 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kafka_group_operator.api import tokens
+from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.protocol import dispatch
 

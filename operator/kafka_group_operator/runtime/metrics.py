@@ -35,7 +35,7 @@ import collections
 import math
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -48,9 +48,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from kafka_group_operator.coordinator import errors, messages, shard
-
-if TYPE_CHECKING:
-    from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.runtime import mirror
 
 # kafka-lag-exporter's labels (Metrics.scala, quoted in the module's docstring).
 GROUP_LABELS = ("cluster_name", "group")
@@ -349,9 +347,24 @@ class RuntimeMetrics:
                 del self.log_end_history[tp]
 
 
-def registry_for(
-    runtime: coordinator_runtime.CoordinatorRuntime, cluster_name: str
-) -> CollectorRegistry:
+class Observed(Protocol):
+    """What the scrape-time collectors read of the coordinator runtime, handed to them by
+    ``registry_for``: the runtime imports this module for its instruments, not the reverse."""
+
+    @property
+    def metrics(self) -> RuntimeMetrics: ...
+
+    @property
+    def mirror(self) -> mirror.OffsetMirror: ...
+
+    def loaded_shards(self) -> list[shard.CoordinatorShard]: ...
+
+    def partition_states(self) -> dict[str, int]: ...
+
+    def log_end(self, tp: tuple[str, int]) -> int | None: ...
+
+
+def registry_for(runtime: Observed, cluster_name: str) -> CollectorRegistry:
     """The runtime's registry with the scrape-time collectors added (once per runtime)."""
     metrics = runtime.metrics
     if not metrics.collectors_added:
@@ -365,7 +378,7 @@ def registry_for(
 class LagCollector(Collector):
     """kafka-lag-exporter's consumer-group metrics from the coordinator's memory."""
 
-    def __init__(self, runtime: coordinator_runtime.CoordinatorRuntime, cluster_name: str) -> None:
+    def __init__(self, runtime: Observed, cluster_name: str) -> None:
         self._runtime = runtime
         self._cluster = cluster_name
 
@@ -484,7 +497,7 @@ def _group_snapshot(
 class CoordinatorCollector(Collector):
     """Groups and members by state and state partitions by state, read at scrape time."""
 
-    def __init__(self, runtime: coordinator_runtime.CoordinatorRuntime) -> None:
+    def __init__(self, runtime: Observed) -> None:
         self._runtime = runtime
 
     def describe(self) -> Iterable[Metric]:
@@ -540,7 +553,7 @@ class MirrorCollector(Collector):
     the consecutive failed attempts.
     """
 
-    def __init__(self, runtime: coordinator_runtime.CoordinatorRuntime) -> None:
+    def __init__(self, runtime: Observed) -> None:
         self._runtime = runtime
 
     def describe(self) -> Iterable[Metric]:
