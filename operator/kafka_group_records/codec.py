@@ -27,18 +27,9 @@ codec, with a ``CodecError``; a string that is not encodable as UTF-8 (a lone su
 a ``CodecError`` too.
 
 Member states in ``ConsumerGroupCurrentMemberAssignmentValue.State`` are Kafka's
-``MemberState`` ids (STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2, UNKNOWN 127).
-Earlier versions of this operator wrote their own numbering (UNREVOKED 0, UNRELEASED 1,
-STABLE 2, UNKNOWN 3), in records that are otherwise identical. To tell them apart, every
-current-assignment value we write carries one tagged field of our own in its closing
-tagged-field section: tag ``MEMBER_STATE_IDS_TAG`` (1000, far above the tags Kafka hands out
-from 0), one byte ``1`` meaning "State holds Kafka's ids". Kafka's readers keep an unknown
-tag as an unknown tagged field, so they read the value unchanged. A value without the tag
-was written by an earlier version (those never wrote a tagged field), and its state is
-renumbered on reading, through ``_OLD_MEMBER_STATE_IDS``. The marker travels inside each
-record, so neither log compaction nor a checkpoint (which keeps records' bytes) can separate
-a record from it. The coordinator's next write for that member carries the marker; until
-then the old record is simply renumbered each time it is read.
+``MemberState`` ids (STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2, UNKNOWN 127),
+and the value is written exactly as Kafka writes it, with no tagged field of ours: a value
+Kafka wrote reads as Kafka means it, and ours reads the same in Kafka.
 
 Our own records use key versions far above Kafka's, so Kafka's loader skips them as unknown
 types; their keys follow Kafka's non-flexible key style and their values Kafka's flexible
@@ -90,16 +81,6 @@ OFFSET_COMMIT_VALUE_EXPIRING_VERSION = 1
 
 # Kafka's generated code refuses strings longer than this many bytes (see above).
 MAX_STRING_BYTES = 0x7FFF
-
-# Our tagged field in ConsumerGroupCurrentMemberAssignmentValue: its presence says that
-# ``State`` holds Kafka's MemberState ids (see the module docstring).
-MEMBER_STATE_IDS_TAG = 1000
-MEMBER_STATE_IDS_KAFKA = 1
-_MEMBER_STATE_IDS_FIELD = bytes((0x01, 0xE8, 0x07, 0x01, MEMBER_STATE_IDS_KAFKA))
-# The numbering of records written without the tag -> Kafka's id; anything else reads as
-# Kafka's UNKNOWN (127).
-_OLD_MEMBER_STATE_IDS = {0: 1, 1: 2, 2: 0}
-_KAFKA_UNKNOWN_MEMBER_STATE = 127
 
 # Kafka's tag of ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
 # (group-coordinator/src/main/resources/common/message/ConsumerGroupMemberMetadataValue.json).
@@ -348,8 +329,6 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.int8(value.state)
         writer.topic_partitions(value.assigned_partitions)
         writer.topic_partitions(value.partitions_pending_revocation)
-        writer.buffer += _MEMBER_STATE_IDS_FIELD
-        return writer.done()
     elif isinstance(value, records.GroupConfigValue):
         writer.compact_string(value.assignor)
         writer.int32(value.session_timeout_ms)
@@ -702,14 +681,11 @@ def _member_metadata_value(reader: _Reader) -> records.RecordValue:
 
 
 def _current_assignment_value(reader: _Reader) -> records.RecordValue:
-    """Reads its own tagged fields: the state ids depend on our marker tag being there."""
     member_epoch = reader.int32()
     previous_member_epoch = reader.int32()
     state = reader.int8()
     assigned = reader.topic_partitions()
     pending = reader.topic_partitions()
-    if MEMBER_STATE_IDS_TAG not in reader.skip_tagged_fields():
-        state = _OLD_MEMBER_STATE_IDS.get(state, _KAFKA_UNKNOWN_MEMBER_STATE)
     return records.ConsumerGroupCurrentMemberAssignmentValue(
         member_epoch=member_epoch,
         previous_member_epoch=previous_member_epoch,
@@ -760,9 +736,7 @@ def _load_marker_value(reader: _Reader) -> records.RecordValue:
 
 # Flexible version-0 values: the field decoder; the closing tagged fields are read after it,
 # except by the decoders that interpret some of them.
-_READS_OWN_TAGGED_FIELDS = frozenset(
-    {_current_assignment_value, _group_config_value, _member_metadata_value}
-)
+_READS_OWN_TAGGED_FIELDS = frozenset({_group_config_value, _member_metadata_value})
 _FLEXIBLE_VALUE_DECODERS: dict[type, Callable[[_Reader], records.RecordValue]] = {
     records.ConsumerGroupMetadataKey: lambda r: records.ConsumerGroupMetadataValue(r.int32()),
     records.ConsumerGroupPartitionMetadataKey: _partition_metadata_value,

@@ -189,8 +189,7 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     member_epoch: int
     previous_member_epoch: int
     # Kafka's MemberState ids: 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED_PARTITIONS,
-    # 127 UNKNOWN (see ``coordinator.group_state.MemberState``; the codec renumbers records
-    # written by earlier versions, which used ids of their own).
+    # 127 UNKNOWN (see ``coordinator.group_state.MemberState``).
     state: int
     assigned_partitions: tuple[TopicPartitions, ...]
     partitions_pending_revocation: tuple[TopicPartitions, ...]

@@ -169,11 +169,6 @@ def _current_assignment(state: int) -> records.ConsumerGroupCurrentMemberAssignm
     )
 
 
-# Our marker in the closing tagged fields: one field, tag 1000 (uvarint e8 07), size 1,
-# data 1 = "State holds Kafka's ids". Kafka keeps an unknown tag as an unknown tagged field.
-OUR_MARKER = "01 | e8 07 | 01 | 01"
-
-
 @pytest.mark.parametrize(
     ("name", "kafka_id"),
     [
@@ -183,44 +178,21 @@ OUR_MARKER = "01 | e8 07 | 01 | 01"
         ("UNKNOWN", KAFKA_UNKNOWN),
     ],
 )
-def test_current_member_assignment_bytes(name: str, kafka_id: int) -> None:
+def test_current_member_assignment_bytes_are_kafkas(name: str, kafka_id: int) -> None:
+    """Written exactly as Kafka writes the value (no tagged field), and Kafka's bytes read
+    as Kafka means them: its STABLE (0) is STABLE."""
     key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
     assert codec.encode_key(key) == _hex("00 08 | 00 02 67 31 | 00 01 6d")
     value = _current_assignment(group_state.MemberState[name].value)
-    expected = _hex(_current_assignment_fields(kafka_id) + "|" + OUR_MARKER)
-    assert codec.encode_value(value) == expected
-    assert codec.decode_value(key, expected) == value
-    # Without our tagged field the bytes are exactly Kafka's own encoding of the value.
-    assert expected[: -len(_hex(OUR_MARKER))] + b"\x00" == _hex(
-        _current_assignment_fields(kafka_id) + "| 00"
-    )
+    kafkas = _hex(_current_assignment_fields(kafka_id) + "| 00")
+    assert codec.encode_value(value) == kafkas
+    assert codec.decode_value(key, kafkas) == value
 
 
-@pytest.mark.parametrize(
-    ("old_id", "kafka_id"),
-    [
-        (0, KAFKA_UNREVOKED),  # the old UNREVOKED_PARTITIONS
-        (1, KAFKA_UNRELEASED),  # the old UNRELEASED_PARTITIONS
-        (2, KAFKA_STABLE),  # the old STABLE
-        (3, KAFKA_UNKNOWN),  # the old UNKNOWN
-    ],
-)
-def test_current_member_assignment_written_before_kafka_ids_is_renumbered(
-    old_id: int, kafka_id: int
-) -> None:
-    """Earlier versions wrote their own state ids and no tagged field at all."""
+def test_current_member_assignment_with_a_later_kafka_tag() -> None:
+    """A tagged field a later Kafka adds is skipped, as Kafka's readers keep it aside."""
     key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
-    old = _hex(_current_assignment_fields(old_id) + "| 00")
-    decoded = codec.decode_value(key, old)
-    assert decoded == _current_assignment(kafka_id)
-    # Written back, it carries the marker and reads the same.
-    assert codec.decode_value(key, codec.encode_value(decoded)) == decoded
-
-
-def test_current_member_assignment_marker_among_other_tags() -> None:
-    """Another tag (a later Kafka field) next to ours does not hide the marker."""
-    key = records.ConsumerGroupCurrentMemberAssignmentKey("g1", "m")
-    data = _hex(_current_assignment_fields(KAFKA_STABLE) + "| 02 | 00 02 aa bb | e8 07 01 01")
+    data = _hex(_current_assignment_fields(KAFKA_STABLE) + "| 01 | 00 02 aa bb")
     assert codec.decode_value(key, data) == _current_assignment(KAFKA_STABLE)
 
 
