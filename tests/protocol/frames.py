@@ -164,10 +164,10 @@ HUGE_INT16 = struct.pack(">h", 2**15 - 1)
 
 
 def hostile_bodies(schema: type[Any]) -> Iterator[tuple[str, bytes]]:
-    """(field path, body) for every array and length-prefixed field of ``schema``: the
-    shortest body reaching that field (arrays before it empty, strings empty, nullable
-    structs null, the arrays on its path holding one element), which then declares a huge
-    count or length and ends."""
+    """(field path, body) for every array, length-prefixed field and tagged-fields section
+    of ``schema``: the shortest body reaching it (arrays before it empty, strings empty,
+    nullable structs null, the arrays on its path holding one element), which then declares
+    a huge count or length and ends."""
     yield from _hostile(layout.layout(schema), b"", schema.__name__)
 
 
@@ -199,6 +199,10 @@ def _hostile(lay: layout.Layout, prefix: bytes, path: str) -> Iterator[tuple[str
             marker = b"\x01" if field.nullable else b""
             yield from _hostile(field.struct, before + marker, where)
         before += _minimal(field, lay.flexible)
+    if lay.flexible:
+        # The tagged-fields section: a huge count of fields, then one field of huge size.
+        yield f"{path} tagged fields", before + HUGE_COMPACT
+        yield f"{path} tag 0", before + b"\x01\x00" + HUGE_COMPACT
 
 
 def _minimal(field: layout.Field, flexible: bool) -> bytes:
