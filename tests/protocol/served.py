@@ -103,16 +103,21 @@ async def _until(condition: Callable[[], bool], what: str, served: Served, bound
         await asyncio.sleep(0.1)
 
 
-async def coordinator(bootstrap: str, directory: Path, *options: str) -> Served:
-    """``kgo coordinator`` with a Kafka listener, requiring the ``TOKENS``; once it is ready."""
-    tokens = directory / "tokens.json"
-    tokens.write_text(json.dumps(TOKENS))
+async def coordinator(
+    bootstrap: str, directory: Path, *options: str, tokens: bool = True
+) -> Served:
+    """``kgo coordinator`` with a Kafka listener, requiring the ``TOKENS`` (unless not
+    ``tokens``: every group open); once it is ready."""
+    if tokens:
+        tokens_file = directory / "tokens.json"
+        tokens_file.write_text(json.dumps(TOKENS))
+        options = ("--tokens", str(tokens_file), *options)
     port = free_port()
     log = directory / f"coordinator-{port}.log"
     process = _start(
         [
             "coordinator", "--bootstrap", bootstrap, "--port", str(free_port()),
-            "--kafka-port", str(port), "--tokens", str(tokens),
+            "--kafka-port", str(port),
             "--topic", f"hostile-state-{uuid.uuid4().hex[:8]}", "--state-partitions", "2",
             *options,
         ],

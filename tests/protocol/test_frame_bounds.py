@@ -19,11 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.offset_commit.v2.request import OffsetCommitRequest
 from kio.serial import entity_reader
 from kio.serial.errors import BufferUnderflow, NegativeByteLength
 
+from kafka_group_operator.protocol import dispatch
 from kafka_group_operator.wire import bounds, framing
 from tests.cli.conftest import ROOT
 from tests.protocol import frames
@@ -201,3 +203,35 @@ def test_hostile_frames_are_refused_by_the_framing() -> None:
     )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert int(run.stdout) > 500
+
+
+@pytest.mark.parametrize("version", [0, 4, 5])
+def test_a_response_encoded_in_parts_is_the_response_encoded_whole(version: int) -> None:
+    """DescribeGroups v0 (no throttle time), v4 (not flexible), v5 (flexible)."""
+    schema = framing.response_type(15, version)
+    module = sys.modules[schema.__module__]
+    described = [
+        dispatch.build(
+            module.DescribedGroup,
+            {
+                "error_code": ErrorCode.none,
+                "group_id": f"g{i}",
+                "group_state": "Dead",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": (),
+                "authorized_operations": -(2**31),
+            },
+        )
+        for i in range(250)
+    ]
+    whole = dispatch.build(
+        schema, {"throttle_time": dispatch.NO_THROTTLE, "groups": tuple(described)}
+    )
+    parts = [framing.encode_entities(described[i : i + 100]) for i in range(0, 250, 100)]
+    last = dispatch.build(
+        schema, {"throttle_time": dispatch.NO_THROTTLE, "groups": tuple(described[200:])}
+    )
+    assert framing.encode_response_around(15, version, 9, last, "groups", parts, 250) == (
+        framing.encode_response(15, version, 9, whole)
+    )

@@ -292,35 +292,56 @@ async def handle(
         raise framing.FrameError(f"API key {fixed.api_key} before SASL authentication")
     header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
     context = dispatch.RequestContext(services, session, header)
-    response = await _answer(route, context, body)
+    lists = _GROUP_LISTS.get(route.api_key)
+    named = getattr(body, lists[0], None) if lists is not None else None
+    if lists is not None and isinstance(named, tuple):
+        return await _answer_each_group_once(route, context, body, named, *lists)
+    response = await route.handler(context, body)
     return framing.encode_response(
         header.api_key, header.api_version, header.correlation_id, response
     )
 
 
-async def _answer(route: dispatch.Route, context: dispatch.RequestContext, body: Any) -> Any:
-    """The handler's response; a request naming groups is answered once per distinct group,
-    ``dispatch.GROUP_BATCH`` groups at a time, the event loop free between batches."""
-    lists = _GROUP_LISTS.get(route.api_key)
-    named = getattr(body, lists[0], None) if lists is not None else None
-    if lists is None or not isinstance(named, tuple):
-        return await route.handler(context, body)
-    request_field, response_field = lists
+async def _answer_each_group_once(
+    route: dispatch.Route,
+    context: dispatch.RequestContext,
+    body: Any,
+    named: tuple[Any, ...],
+    request_field: str,
+    response_field: str,
+) -> bytes:
+    """The framed response to a request naming groups: once per distinct group, in order;
+    ``dispatch.GROUP_BATCH`` groups at a time (served, then encoded), the event loop free
+    between batches. One batch is one call of the handler."""
+    header = context.header
     distinct = _distinct(named)
     if len(distinct) <= dispatch.GROUP_BATCH:
         if len(distinct) < len(named):
             body = dataclasses.replace(body, **{request_field: distinct})
-        return await route.handler(context, body)
-    answers: list[Any] = []
-    response: Any = None
+        response = await route.handler(context, body)
+        return framing.encode_response(
+            header.api_key, header.api_version, header.correlation_id, response
+        )
+    encoded: list[bytes] = []
+    count = 0
     for start in range(0, len(distinct), dispatch.GROUP_BATCH):
         batch = dataclasses.replace(
             body, **{request_field: distinct[start : start + dispatch.GROUP_BATCH]}
         )
         response = await route.handler(context, batch)
-        answers.extend(getattr(response, response_field))
+        answers = getattr(response, response_field)
+        encoded.append(framing.encode_entities(answers))
+        count += len(answers)
         await asyncio.sleep(0)
-    return dataclasses.replace(response, **{response_field: tuple(answers)})
+    return framing.encode_response_around(
+        header.api_key,
+        header.api_version,
+        header.correlation_id,
+        response,
+        response_field,
+        encoded,
+        count,
+    )
 
 
 def _distinct(named: tuple[Any, ...]) -> tuple[Any, ...]:

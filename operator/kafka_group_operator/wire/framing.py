@@ -22,11 +22,12 @@ malformed, trailing bytes included. The listener, the gateway and our own client
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import io
 import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 from kio.static.primitive import i16, i32
 
-from kafka_group_operator.wire import bounds, tagged
+from kafka_group_operator.wire import bounds, layout, tagged
 
 API_VERSIONS_KEY = 18
 
@@ -232,6 +233,48 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         )
     entity_writer(type(body))(buffer, body)
     return frame(buffer.getvalue())
+
+
+def encode_entities(entities: Sequence[Any]) -> bytes:
+    """The elements of an array, encoded one after the other (no count)."""
+    buffer = io.BytesIO()
+    for entity in entities:
+        entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def encode_response_around(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: Any,
+    field: str,
+    elements: Sequence[bytes],
+    count: int,
+) -> bytes:
+    """A framed response like ``encode_response``, whose array ``field`` holds ``count``
+    elements already encoded in parts (``encode_entities``): a caller answering thousands
+    of groups encodes them a batch at a time, the event loop free between batches, instead
+    of in one go here. The fields before ``field`` must be fixed-width (a throttle time)."""
+    empty = encode_response(
+        api_key, api_version, correlation_id, dataclasses.replace(body, **{field: ()})
+    )
+    schema = type(body)
+    lay = layout.layout(schema)
+    start = _SIZE.size + _CORRELATION.size
+    if api_key != API_VERSIONS_KEY and schema.__flexible__:
+        start += 1  # response header v1: an empty tagged-fields section
+    for each in lay.fields:
+        if each.name == field:
+            break
+        if each.kind is not layout.Kind.FIXED:
+            raise ValueError(f"{schema.__name__}.{each.name} before {field} is not fixed-width")
+        start += each.width
+    if lay.flexible:
+        marker, prefix = 1, tagged.encode_uvarint(count + 1)
+    else:
+        marker, prefix = 4, _SIZE.pack(count)
+    return frame(empty[_SIZE.size : start] + prefix + b"".join(elements) + empty[start + marker :])
 
 
 def encode_request(body: Any, correlation_id: int, client_id: str | None = "kgo") -> bytes:

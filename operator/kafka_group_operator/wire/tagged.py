@@ -45,9 +45,9 @@ def _struct(lay: layout.Layout, data: bytes, offset: int, out: bytearray) -> int
         offset += size
         if tag in lay.tags:
             kept.append((tag, value))
-    out += _encode_uvarint(len(kept))
+    out += encode_uvarint(len(kept))
     for tag, value in kept:
-        out += _encode_uvarint(tag) + _encode_uvarint(len(value)) + value
+        out += encode_uvarint(tag) + encode_uvarint(len(value)) + value
     return offset
 
 
@@ -96,7 +96,7 @@ def _uvarint(data: bytes, offset: int) -> tuple[int, int]:
     return int(value), offset + used
 
 
-def _encode_uvarint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
     encoded = bytearray()
     while value >= 0x80:
         encoded.append((value & 0x7F) | 0x80)
