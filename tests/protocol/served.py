@@ -13,11 +13,12 @@ import datetime
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,12 +31,15 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.static.primitive import i64Timedelta
 
+from kafka_group_operator.wire import framing, layout
 from tests.cli.conftest import ROOT
+from tests.protocol import frames
 from tests.protocol.wire import Connection
 
 CANARY, CANARY_TOKEN = "canary", "canary-token"
 TENANT, TENANT_TOKEN = "tenant", "tenant-token"
-TOKENS = {CANARY: CANARY_TOKEN, TENANT: TENANT_TOKEN}
+FUZZ, FUZZ_TOKEN = "fuzz", "fuzz-token"
+TOKENS = {CANARY: CANARY_TOKEN, TENANT: TENANT_TOKEN, FUZZ: FUZZ_TOKEN}
 # The gateway's settings come from the environment in a pod; none may leak into these runs.
 _GATEWAY_ENV = (
     "KGO_UPSTREAM_BOOTSTRAP_SERVERS",
@@ -255,3 +259,95 @@ class Canary:
 def stop_all(served: Iterable[Served]) -> None:
     for each in served:
         each.stop()
+
+
+# --- an upstream broker that answers with what a test gives it ------------------------
+
+
+class EvilBroker:
+    """Answers each request with the reply body registered for its correlation id."""
+
+    def __init__(self) -> None:
+        self.replies: dict[int, bytes] = {}
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while (payload := await framing.read_frame(reader)) is not None:
+                key, version, correlation = struct.unpack_from(">hhi", payload)
+                schema = framing.response_type(key, version)
+                body = self.replies.pop(correlation, None)
+                if body is None:
+                    body = frames.minimal_body(layout.layout(schema))
+                writer.write(framing.frame(frames.response_payload(schema, body, correlation)))
+                await writer.drain()
+        except (ConnectionError, framing.FrameError):
+            pass
+        finally:
+            writer.close()
+
+
+# --- everything at once ----------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    coordinator: Served
+    gateway: Served  # in front of the embedded broker, for the TENANT group
+    evil_gateway: Served  # in front of the EvilBroker
+    evil: EvilBroker
+    canary: Canary  # commits straight to the listener
+    gateway_canary: Canary  # commits through the gateway
+
+    async def still_serving(self) -> None:
+        """Every process alive, no traceback logged, and both canaries still committing."""
+        processes = (self.coordinator, self.gateway, self.evil_gateway)
+        for process in processes:
+            assert process.alive(), process.log_text()[-3000:]
+        await self.canary.still_committing()
+        await self.gateway_canary.still_committing()
+        for process in processes:
+            text = process.log_text()
+            at = text.find("Traceback")
+            assert at < 0, text[max(0, at - 500) : at + 4000]
+
+
+@contextlib.asynccontextmanager
+async def running_stack(bootstrap: str, topic: str, directory: Path) -> AsyncIterator[Stack]:
+    """A coordinator, a gateway in front of ``bootstrap`` and one in front of an EvilBroker,
+    with canaries committing to ``topic``'s partition 0."""
+    evil = EvilBroker()
+    await evil.start()
+    started: list[Served] = []
+    try:
+        coordinator_ = await coordinator(bootstrap, directory)
+        started.append(coordinator_)
+        gateway_ = await gateway(bootstrap, coordinator_.port, directory)
+        started.append(gateway_)
+        evil_gateway = await gateway(f"127.0.0.1:{evil.port}", coordinator_.port, directory)
+        started.append(evil_gateway)
+        canary = Canary(coordinator_.port, topic)
+        await canary.start()
+        gateway_canary = Canary(gateway_.port, topic, TENANT, token=None)
+        await gateway_canary.start()
+        try:
+            yield Stack(coordinator_, gateway_, evil_gateway, evil, canary, gateway_canary)
+        finally:
+            await canary.stop()
+            await gateway_canary.stop()
+    finally:
+        stop_all(started)
+        await evil.stop()

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import struct
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import routes
@@ -91,55 +88,6 @@ async def logged_once_each(process: served.Served, ports: list[int], bound_s: fl
     assert all(counts[port] == 1 for port in ports)
 
 
-async def still_serving(stack: HostileStack) -> None:
-    for process in (stack.coordinator, stack.gateway, stack.evil_gateway):
-        assert process.alive(), process.log_text()[-3000:]
-    await stack.canary.still_committing()
-    await stack.gateway_canary.still_committing()
-    for process in (stack.coordinator, stack.gateway, stack.evil_gateway):
-        text = process.log_text()
-        assert "Traceback" not in text, text[-3000:]
-
-
-# --- an upstream that answers with hostile replies ------------------------------------
-
-
-class EvilBroker:
-    """Answers each request with the reply body registered for its correlation id."""
-
-    def __init__(self) -> None:
-        self.replies: dict[int, bytes] = {}
-        self._server: asyncio.Server | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while (payload := await framing.read_frame(reader)) is not None:
-                key, version, correlation = struct.unpack_from(">hhi", payload)
-                schema = framing.response_type(key, version)
-                body = self.replies.pop(correlation, None)
-                if body is None:
-                    body = frames.minimal_body(layout.layout(schema))
-                writer.write(framing.frame(frames.response_payload(schema, body, correlation)))
-                await writer.drain()
-        except (ConnectionError, framing.FrameError):
-            pass
-        finally:
-            writer.close()
-
-
 def valid_request(schema: type[Any]) -> bytes:
     """The shortest body of ``schema``; FindCoordinator asks for a transaction coordinator
     (key type 1), which the gateway sends to a broker, not to the listener."""
@@ -161,46 +109,6 @@ REPLIES = [
 ]
 
 
-# --- the processes --------------------------------------------------------------------
-
-
-@dataclass
-class HostileStack:
-    coordinator: served.Served
-    gateway: served.Served  # in front of the embedded broker
-    evil_gateway: served.Served  # in front of the EvilBroker
-    evil: EvilBroker
-    canary: served.Canary  # commits straight to the listener
-    gateway_canary: served.Canary  # commits through the gateway
-
-
-@pytest_asyncio.fixture(loop_scope="package", scope="module")
-async def stack(
-    broker: Any, topic: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[HostileStack]:
-    directory = tmp_path_factory.mktemp("hostile")
-    evil = EvilBroker()
-    await evil.start()
-    started: list[served.Served] = []
-    try:
-        coordinator = await served.coordinator(broker.bootstrap, directory)
-        started.append(coordinator)
-        gateway = await served.gateway(broker.bootstrap, coordinator.port, directory)
-        started.append(gateway)
-        evil_gateway = await served.gateway(f"127.0.0.1:{evil.port}", coordinator.port, directory)
-        started.append(evil_gateway)
-        canary = served.Canary(coordinator.port, topic)
-        await canary.start()
-        gateway_canary = served.Canary(gateway.port, topic, served.TENANT, token=None)
-        await gateway_canary.start()
-        yield HostileStack(coordinator, gateway, evil_gateway, evil, canary, gateway_canary)
-        await canary.stop()
-        await gateway_canary.stop()
-    finally:
-        served.stop_all(started)
-        await evil.stop()
-
-
 async def test_every_routed_version_and_depth_is_covered() -> None:
     covered = {(c.schema.__api_key__, c.schema.__version__) for c in ROUTED}
     routed = {
@@ -219,35 +127,37 @@ async def test_every_routed_version_and_depth_is_covered() -> None:
     assert len(report.frame) == 24
 
 
-async def test_the_listener_closes_each_without_authentication(stack: HostileStack) -> None:
-    ports = [await refused(stack.coordinator.port, case.frame) for case in ROUTED]
-    await logged_once_each(stack.coordinator, ports)
-    await still_serving(stack)
+async def test_the_listener_closes_each_without_authentication(hostile_stack: served.Stack) -> None:
+    ports = [await refused(hostile_stack.coordinator.port, case.frame) for case in ROUTED]
+    await logged_once_each(hostile_stack.coordinator, ports)
+    await hostile_stack.still_serving()
 
 
-async def test_the_listener_closes_each_after_authentication(stack: HostileStack) -> None:
-    ports = [await refused(stack.coordinator.port, case.frame, served.TENANT) for case in ROUTED]
-    await logged_once_each(stack.coordinator, ports)
-    log = stack.coordinator.log_text()
+async def test_the_listener_closes_each_after_authentication(hostile_stack: served.Stack) -> None:
+    ports = [
+        await refused(hostile_stack.coordinator.port, case.frame, served.TENANT) for case in ROUTED
+    ]
+    await logged_once_each(hostile_stack.coordinator, ports)
+    log = hostile_stack.coordinator.log_text()
     # The reason names the field, e.g. the frame that once aborted the process:
     assert "ListGroupsRequest v5: ListGroupsRequest.states_filter: 4294967294 elements" in log
-    await still_serving(stack)
+    await hostile_stack.still_serving()
 
 
-async def test_the_gateway_closes_each_group_request(stack: HostileStack) -> None:
+async def test_the_gateway_closes_each_group_request(hostile_stack: served.Stack) -> None:
     """The client does not authenticate: the gateway does, for its group."""
     for case in THROUGH_GATEWAY:
-        await refused(stack.gateway.port, case.frame)
-    await still_serving(stack)
+        await refused(hostile_stack.gateway.port, case.frame)
+    await hostile_stack.still_serving()
 
 
 async def test_the_gateway_closes_each_client_whose_broker_replies_hostile(
-    stack: HostileStack,
+    hostile_stack: served.Stack,
 ) -> None:
     for index, (schema, where, body) in enumerate(REPLIES, 1):
         request = framing.request_type(schema.__api_key__, schema.__version__)
-        stack.evil.replies[index] = body
-        connection = await Connection.open(stack.evil_gateway.port)
+        hostile_stack.evil.replies[index] = body
+        connection = await Connection.open(hostile_stack.evil_gateway.port)
         try:
             await connection.send_raw(frames.request_frame(request, valid_request(request), index))
             if schema.__api_key__ == framing.API_VERSIONS_KEY:
@@ -260,4 +170,4 @@ async def test_the_gateway_closes_each_client_whose_broker_replies_hostile(
                 assert await connection.closed_by_peer(), f"{schema.__name__} {where} answered"
         finally:
             await connection.close()
-    await still_serving(stack)
+    await hostile_stack.still_serving()

@@ -95,6 +95,8 @@ class Session:
     password: str | None = None
     # Set by a handler whose response must be the connection's last (failed authentication).
     close_after_response: bool = False
+    # The request being served ("DescribeGroupsRequest v5"), for the log of a failure.
+    serving: str | None = None
 
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]

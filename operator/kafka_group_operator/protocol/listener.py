@@ -243,7 +243,11 @@ class Listener:
             if not self._stopping:
                 raise
         except Exception:
-            logger.exception("closing the connection of %s after an internal error", peer)
+            logger.exception(
+                "closing the connection of %s after an internal error serving %s",
+                _address(peer),
+                session.serving,
+            )
         finally:
             self._connections.discard(task)
             writer.close()
@@ -291,6 +295,7 @@ async def handle(
     ):
         raise framing.FrameError(f"API key {fixed.api_key} before SASL authentication")
     header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
+    session.serving = f"{type(body).__name__} v{header.api_version}"
     context = dispatch.RequestContext(services, session, header)
     lists = _GROUP_LISTS.get(route.api_key)
     named = getattr(body, lists[0], None) if lists is not None else None
