@@ -260,8 +260,8 @@ class Listener:
         now = time.monotonic()
         if now - self._refusal_logged >= _REFUSAL_LOG_INTERVAL_S:
             logger.warning(
-                "%d connection(s) refused (the last from %s): %d connections are open, "
-                "the limit (max_connections)",
+                "refused %d connection(s), the last from %s: %d are open, the listener's "
+                "max_connections",
                 self._refused,
                 _address(peer),
                 len(self._connections),
