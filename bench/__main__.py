@@ -16,6 +16,7 @@ BENCHMARKS = (
     "rebalance",
     "jobs",
     "protocol",
+    "frames",
     "gateway",
     "join",
     "failover",

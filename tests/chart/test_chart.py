@@ -121,6 +121,7 @@ def test_the_operator_runs_with_the_settings() -> None:
     assert service["spec"]["ports"][0]["port"] == 8080
     # The coordinator listener (Kafka protocol) beside the member API.
     assert env["KGO_KAFKA_PORT"] == "9092"
+    assert env["KGO_KAFKA_MAX_CONNECTIONS"] == "10000"
     assert {"name": "kafka", "containerPort": 9092, "protocol": "TCP"} in container["ports"]
     assert {"name": "kafka", "port": 9092, "targetPort": "kafka", "protocol": "TCP"} in service[
         "spec"

@@ -34,6 +34,7 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
     assert settings.kube_server is None
     # The coordinator listener tells clients the member API's host unless told otherwise.
     assert settings.kafka_port == 9092
+    assert settings.kafka_max_connections == 10_000
     # Metrics on their own port unless told otherwise.
     assert settings.metrics_port == 9090
     assert settings.cluster_name == "default"
@@ -46,6 +47,10 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
         ({}, "KGO_BOOTSTRAP_SERVERS"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_API_PORT": "http"}, "KGO_API_PORT"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_PORT": "x"}, "KGO_KAFKA_PORT"),
+        (
+            {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_MAX_CONNECTIONS": "0"},
+            "KGO_KAFKA_MAX_CONNECTIONS must be at least 1, not 0",
+        ),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_METRICS_PORT": "x"}, "KGO_METRICS_PORT"),
         ({"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_TLS_CERT_FILE": "c.pem"}, "go together"),
         (
@@ -76,3 +81,12 @@ def test_generate_chart_crds_check(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "make generate" in capsys.readouterr().err
     assert cli.main(["generate-chart-crds", "--root", str(tmp_path)]) == 0
     assert cli.main(["generate-chart-crds", "--check", "--root", str(tmp_path)]) == 0
+
+
+def test_the_listener_takes_its_connection_limit_from_the_settings() -> None:
+    from kafka_group_operator.handlers import lifecycle
+
+    settings = config.OperatorConfig.from_env(
+        {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_MAX_CONNECTIONS": "250"}
+    )
+    assert lifecycle.listener_config(settings, None).max_connections == 250

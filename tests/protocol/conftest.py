@@ -12,6 +12,7 @@ from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from tests.protocol import served
 from tests.support import groups, topics
 
 TOKENS = {"group-a": "token-a", "group-b": "token-b"}
@@ -66,3 +67,14 @@ async def secured_listener(
     await served.start()
     yield served
     await served.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="package", scope="package")
+async def hostile_stack(
+    broker: embedded.EmbeddedBroker, topic: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[served.Stack]:
+    """A ``kgo coordinator`` and two ``kgo gateway`` processes with canaries committing
+    (``served.running_stack``): the target of the hostile-frame tests and the fuzzer."""
+    directory = tmp_path_factory.mktemp("hostile")
+    async with served.running_stack(broker.bootstrap, topic, directory) as stack:
+        yield stack

@@ -66,6 +66,10 @@ async def test_kgo_coordinator_serves_the_kafka_protocol(
             "kgo coordinator: --kafka-port must be between 0 and 65535, not 70000",
         ),
         (
+            ["--kafka-max-connections", "0"],
+            "kgo coordinator: --kafka-max-connections must be at least 1, not 0",
+        ),
+        (
             ["--kafka-tls-cert", "c.pem"],
             "kgo coordinator: --kafka-tls-cert and --kafka-tls-key go together",
         ),

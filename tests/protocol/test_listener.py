@@ -161,6 +161,9 @@ async def test_metadata_names_this_node_and_the_known_topics(
             (topic, 0),
             ("no-such-topic", UNKNOWN_TOPIC_OR_PARTITION),
         ]
+        # An empty name: unknown, named "" (before v12 a topic's name cannot be null).
+        empty = await connection.call(MetadataV1(topics=(MetadataTopicV1(name=""),)))
+        assert [(t.name, t.error_code) for t in empty.topics] == [("", UNKNOWN_TOPIC_OR_PARTITION)]
     finally:
         await connection.close()
 

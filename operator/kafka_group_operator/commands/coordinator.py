@@ -91,6 +91,12 @@ def register(subparsers: Any) -> None:
         "--kafka-advertised-host", help="host Kafka clients are told to use (default: --host)"
     )
     parser.add_argument(
+        "--kafka-max-connections",
+        type=int,
+        help="Kafka connections served at once; one more is closed as it is accepted "
+        "(default 10000)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=int,
         help="serve Prometheus metrics on this port at /metrics (0: any free port)",
@@ -412,6 +418,11 @@ async def serve(
                 certificate_file=str(args.kafka_tls_cert) if args.kafka_tls_cert else None,
                 key_file=str(args.kafka_tls_key) if args.kafka_tls_key else None,
                 peers=kafka_peers,
+                **(
+                    {"max_connections": args.kafka_max_connections}
+                    if args.kafka_max_connections is not None
+                    else {}
+                ),
             ),
         )
     try:
@@ -538,6 +549,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.kafka_port is not None and not 0 <= args.kafka_port < 65536:
         raise common.UsageError(f"--kafka-port must be between 0 and 65535, not {args.kafka_port}")
+    if args.kafka_max_connections is not None and args.kafka_max_connections < 1:
+        raise common.UsageError(
+            f"--kafka-max-connections must be at least 1, not {args.kafka_max_connections}"
+        )
     if (args.kafka_tls_cert is None) != (args.kafka_tls_key is None):
         raise common.UsageError("--kafka-tls-cert and --kafka-tls-key go together")
     for option, path in (

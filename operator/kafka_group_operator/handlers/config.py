@@ -119,6 +119,8 @@ class OperatorConfig:
     kafka_advertised_host: str | None = None
     kafka_tls_cert_file: str | None = None
     kafka_tls_key_file: str | None = None
+    # Connections the coordinator listener serves at once (one more is closed at accept).
+    kafka_max_connections: int = 10_000
     # Prometheus metrics (/metrics) on a port of their own; cluster_name labels the lag
     # series as kafka-lag-exporter's do.
     metrics_port: int = 9090
@@ -169,6 +171,9 @@ class OperatorConfig:
             kafka_advertised_host=env.get("KGO_KAFKA_ADVERTISED_HOST") or None,
             kafka_tls_cert_file=env.get("KGO_KAFKA_TLS_CERT_FILE") or None,
             kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
+            kafka_max_connections=_positive(
+                env, "KGO_KAFKA_MAX_CONNECTIONS", cls.kafka_max_connections
+            ),
             metrics_port=_integer(env, "KGO_METRICS_PORT", cls.metrics_port),
             cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
             leases=LeaseConfig.from_env(env),
@@ -223,3 +228,10 @@ def _integer(env: Mapping[str, str], key: str, default: int) -> int:
         return int(raw)
     except ValueError as error:
         raise ConfigError(f"{key} must be an integer, not {raw!r}") from error
+
+
+def _positive(env: Mapping[str, str], key: str, default: int) -> int:
+    value = _integer(env, key, default)
+    if value < 1:
+        raise ConfigError(f"{key} must be at least 1, not {value}")
+    return value

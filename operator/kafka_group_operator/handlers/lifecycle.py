@@ -307,6 +307,7 @@ def listener_config(
         peers=kafka_peers,
         certificate_file=config.kafka_tls_cert_file,
         key_file=config.kafka_tls_key_file,
+        max_connections=config.kafka_max_connections,
     )
 
 

@@ -69,7 +69,8 @@ async def metadata(ctx: dispatch.RequestContext, request: Any) -> Any:
                 ctx.nested(
                     "MetadataResponseTopic",
                     error_code=ErrorCode.unknown_topic_or_partition,
-                    name=name or None,
+                    # Null (a topic asked by an unknown id) only where the version has it.
+                    name=name or (None if ctx.api_version >= 12 else ""),
                     topic_id=_NO_TOPIC_ID,
                     is_internal=False,
                     partitions=(),

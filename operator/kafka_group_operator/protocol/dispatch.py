@@ -26,6 +26,9 @@ from kafka_group_operator.protocol import peers
 from kafka_group_operator.wire import framing
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+# Groups a handler serves between two returns to the event loop (a request naming thousands
+# must not hold up every other connection's heartbeats).
+GROUP_BATCH = 100
 
 
 class Coordinator(Protocol):
@@ -92,6 +95,8 @@ class Session:
     password: str | None = None
     # Set by a handler whose response must be the connection's last (failed authentication).
     close_after_response: bool = False
+    # The request being served ("DescribeGroupsRequest v5"), for the log of a failure.
+    serving: str | None = None
 
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
@@ -120,6 +125,8 @@ class Services:
     loading_hold_s: float = 5.0
     # Who serves the groups of other state partitions (None: this listener serves all).
     peers: peers.Peers | None = None
+    # Per API key: the most elements of named top-level request arrays (``wire.bounds``).
+    caps: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,13 +2,17 @@
 
 Every group of this coordinator is a consumer group (``protocol_type`` "consumer", group
 type "consumer"). With tokens, a connection lists and describes only the group it
-authenticated as; other groups are ``GROUP_AUTHORIZATION_FAILED``. A group owned by a
+authenticated as; other groups are ``GROUP_AUTHORIZATION_FAILED``. The listener caps how many
+groups one request names, answers each once and serves long lists in batches (``listener``);
+ListGroups, which goes through every group of the coordinator, lets the event loop run
+between batches itself. A group owned by a
 ConsumerGroup resource is deleted with that resource, not with DeleteGroups
 (``GROUP_AUTHORIZATION_FAILED``, naming the resource).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -75,7 +79,9 @@ async def list_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
     listed = []
     if not types or GROUP_TYPE in types:
-        for group_id in await ctx.coordinator.list_groups():
+        for count, group_id in enumerate(await ctx.coordinator.list_groups(), 1):
+            if count % dispatch.GROUP_BATCH == 0:
+                await asyncio.sleep(0)  # every group of the coordinator: let others run
             if not _visible(ctx, group_id):
                 continue
             try:

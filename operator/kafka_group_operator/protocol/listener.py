@@ -6,13 +6,31 @@ one request of a connection at a time). Each request goes through the dispatch t
 connection only:
 
 - an unknown API key, an unsupported version of any API but ApiVersions, a body that does
-  not decode, a frame above the size limit, or a request other than ApiVersions/SASL before
-  authentication (when tokens are required): the connection is closed;
+  not decode (a length or count that does not fit the frame among them, ``wire.bounds``),
+  a frame above the size limit, or a request other than ApiVersions/SASL before
+  authentication (when tokens are required): the connection is closed, the reason logged
+  once (INFO);
 - an unsupported ApiVersions version: answered in v0 with ``UNSUPPORTED_VERSION`` and the
   ApiVersions range (KIP-511), so the client can retry with a version it shares;
 - a failed SASL authentication: answered, then closed (also while the groups' tokens are
   still loading, after a bounded hold, with the retriable ``COORDINATOR_LOAD_IN_PROGRESS``);
 - no complete request, or a response not read, for ``idle_timeout_s``: closed.
+
+What one client may cost is bounded:
+
+- before authentication (when tokens are required), a frame may be at most 512 KiB (Kafka's
+  ``sasl.server.max.receive.size``) and the client must authenticate within
+  ``authentication_timeout_s`` of connecting, or the connection is closed;
+- at most ``max_connections`` connections at once: one more is closed as it is accepted
+  (Kafka closes one over ``max.connections.per.ip`` so), logged at most every 10 s;
+- a request naming groups (DescribeGroups, DeleteGroups, OffsetFetch v8+, ConsumerGroup-
+  Describe, FindCoordinator v4+, ListGroups' filters) names at most
+  ``max_groups_per_request``; more closes the connection before the body is decoded. A group
+  named twice is answered once (Kafka's DeleteGroups does so), and a long list is served
+  ``dispatch.GROUP_BATCH`` groups at a time with the event loop free in between, so that other
+  connections' heartbeats are not held up;
+- large frames take memory only as their bytes arrive, and give it back when the frame is
+  done or abandoned (``framing.read_frame``).
 
 An unexpected failure in a handler is logged and closes that connection; the listener and
 every other connection go on serving.
@@ -22,11 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
@@ -39,6 +60,26 @@ from kafka_group_operator.wire import framing
 logger = logging.getLogger(__name__)
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+# Kafka's sasl.server.max.receive.size default: the largest frame before authentication.
+MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024
+DEFAULT_MAX_CONNECTIONS = 10_000
+DEFAULT_MAX_GROUPS_PER_REQUEST = 10_000
+# Per API key: the request's list of groups and the response's list of answers, one per group.
+_GROUP_LISTS: Mapping[int, tuple[str, str]] = {
+    9: ("groups", "groups"),  # OffsetFetch v8+
+    10: ("coordinator_keys", "coordinators"),  # FindCoordinator v4+
+    15: ("groups", "groups"),  # DescribeGroups
+    42: ("groups_names", "results"),  # DeleteGroups
+    69: ("group_ids", "groups"),  # ConsumerGroupDescribe
+}
+# Request arrays capped at max_groups_per_request (ListGroups' filters too).
+_CAPPED: Mapping[int, tuple[str, ...]] = {
+    **{key: (request,) for key, (request, _) in _GROUP_LISTS.items()},
+    16: ("states_filter", "types_filter"),  # ListGroups
+}
+# At most one line per this many seconds about connections refused over the limit.
+_REFUSAL_LOG_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +95,14 @@ class ListenerConfig:
     # A connection that sends no complete request (or reads no response) for this long is
     # closed: Kafka's connections.max.idle.ms (10 minutes), which also bounds slow senders.
     idle_timeout_s: float = 600.0
+    # With tokens: a connection must authenticate within this long of connecting, in frames
+    # of at most max_unauthenticated_frame_bytes (SASL/PLAIN needs a few hundred bytes).
+    authentication_timeout_s: float = 10.0
+    max_unauthenticated_frame_bytes: int = MAX_UNAUTHENTICATED_FRAME_BYTES
+    # Connections served at once; one more is closed as it is accepted.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # Groups one request may name (see the module's docstring).
+    max_groups_per_request: int = DEFAULT_MAX_GROUPS_PER_REQUEST
     # SaslAuthenticate while the groups' tokens are loading is held this long before it is
     # answered COORDINATOR_LOAD_IN_PROGRESS: below the clients' request timeouts (30 s in
     # Java, the gateway's 10 s).
@@ -92,6 +141,8 @@ class Listener:
         self._services: dispatch.Services | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._refused = 0
+        self._refusal_logged = 0.0
 
     @property
     def port(self) -> int:
@@ -121,6 +172,10 @@ class Listener:
             self._table,
             loading_hold_s=config.loading_hold_s,
             peers=config.peers,
+            caps={
+                key: dict.fromkeys(fields, config.max_groups_per_request)
+                for key, fields in _CAPPED.items()
+            },
         )
 
     async def stop(self) -> None:
@@ -138,28 +193,48 @@ class Listener:
         task = asyncio.current_task()
         assert task is not None
         assert self._services is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        if len(self._connections) >= self.config.max_connections:
+            self._refuse(peer)
+            writer.close()
+            return
+        self._connections.add(task)
         session = dispatch.Session(client_host=str(peer[0]) if peer else "")
+        config = self.config
+        # Without tokens there is nothing to authenticate: the pre-authentication bounds
+        # apply only when tokens are required.
+        authenticating = self._services.token_store is not None
+        authenticate_by = time.monotonic() + config.authentication_timeout_s
         try:
-            idle = self.config.idle_timeout_s
             while True:
-                async with asyncio.timeout(idle):
-                    payload = await framing.read_frame(reader, self.config.max_frame_bytes)
+                if authenticating and session.principal is None:
+                    max_bytes = min(config.max_frame_bytes, config.max_unauthenticated_frame_bytes)
+                    timeout = min(config.idle_timeout_s, authenticate_by - time.monotonic())
+                else:
+                    max_bytes, timeout = config.max_frame_bytes, config.idle_timeout_s
+                try:
+                    async with asyncio.timeout(timeout):
+                        payload = await framing.read_frame(reader, max_bytes)
+                except TimeoutError:
+                    if authenticating and session.principal is None:
+                        raise framing.FrameError(
+                            f"not authenticated within {config.authentication_timeout_s:g} s"
+                        ) from None
+                    raise
                 if payload is None:
                     break
                 response = await handle(self._services, session, payload)
                 if response is None:
                     break
                 writer.write(response)
-                async with asyncio.timeout(idle):
+                async with asyncio.timeout(config.idle_timeout_s):
                     await writer.drain()
                 if session.close_after_response:
                     break
         except framing.FrameError as error:
-            logger.info("closing the connection of %s: %s", session.client_host, error)
+            logger.info("closing the connection of %s: %s", _address(peer), error)
         except TimeoutError:
-            logger.info("closing the idle connection of %s", session.client_host)
+            logger.info("closing the idle connection of %s", _address(peer))
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
             pass  # the peer went away
         except asyncio.CancelledError:
@@ -168,12 +243,34 @@ class Listener:
             if not self._stopping:
                 raise
         except Exception:
-            logger.exception("closing the connection of %s after an internal error", peer)
+            logger.exception(
+                "closing the connection of %s after an internal error serving %s",
+                _address(peer),
+                session.serving,
+            )
         finally:
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _refuse(self, peer: Any) -> None:
+        """Count a connection refused over the limit; say so at most every 10 s."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= _REFUSAL_LOG_INTERVAL_S:
+            logger.warning(
+                "refused %d connection(s), the last from %s: %d are open, the listener's "
+                "max_connections",
+                self._refused,
+                _address(peer),
+                len(self._connections),
+            )
+            self._refused, self._refusal_logged = 0, now
+
+
+def _address(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if peer else "an unknown peer"
 
 
 async def handle(
@@ -197,12 +294,67 @@ async def handle(
         and not route.before_authentication
     ):
         raise framing.FrameError(f"API key {fixed.api_key} before SASL authentication")
-    header, body = framing.read_request(payload)
+    header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
+    session.serving = f"{type(body).__name__} v{header.api_version}"
     context = dispatch.RequestContext(services, session, header)
+    lists = _GROUP_LISTS.get(route.api_key)
+    named = getattr(body, lists[0], None) if lists is not None else None
+    if lists is not None and isinstance(named, tuple):
+        return await _answer_each_group_once(route, context, body, named, *lists)
     response = await route.handler(context, body)
     return framing.encode_response(
         header.api_key, header.api_version, header.correlation_id, response
     )
+
+
+async def _answer_each_group_once(
+    route: dispatch.Route,
+    context: dispatch.RequestContext,
+    body: Any,
+    named: tuple[Any, ...],
+    request_field: str,
+    response_field: str,
+) -> bytes:
+    """The framed response to a request naming groups: once per distinct group, in order;
+    ``dispatch.GROUP_BATCH`` groups at a time (served, then encoded), the event loop free
+    between batches. One batch is one call of the handler."""
+    header = context.header
+    distinct = _distinct(named)
+    if len(distinct) <= dispatch.GROUP_BATCH:
+        if len(distinct) < len(named):
+            body = dataclasses.replace(body, **{request_field: distinct})
+        response = await route.handler(context, body)
+        return framing.encode_response(
+            header.api_key, header.api_version, header.correlation_id, response
+        )
+    encoded: list[bytes] = []
+    count = 0
+    for start in range(0, len(distinct), dispatch.GROUP_BATCH):
+        batch = dataclasses.replace(
+            body, **{request_field: distinct[start : start + dispatch.GROUP_BATCH]}
+        )
+        response = await route.handler(context, batch)
+        answers = getattr(response, response_field)
+        encoded.append(framing.encode_entities(answers))
+        count += len(answers)
+        await asyncio.sleep(0)
+    return framing.encode_response_around(
+        header.api_key,
+        header.api_version,
+        header.correlation_id,
+        response,
+        response_field,
+        encoded,
+        count,
+    )
+
+
+def _distinct(named: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``named`` without repeats, in order. OffsetFetch names its groups in structs: one is a
+    repeat only when all of it is (the same group with another member epoch is answered
+    twice, as Kafka answers it)."""
+    first = tuple(dict.fromkeys(named))
+    return named if len(first) == len(named) else first
 
 
 def _unsupported_api_versions(route: dispatch.Route, correlation_id: int) -> bytes:

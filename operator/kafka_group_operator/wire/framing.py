@@ -10,16 +10,24 @@ broker's versions yet can read them (Kafka's ``ApiKeys.responseHeaderVersion``).
 
 Bodies are read and written with ``kio``'s types, generated from Kafka's message schemas;
 nothing here describes a message by hand. Tagged fields a peer sends that the schema does
-not define are ignored, as Kafka ignores them (``tagged``). The listener and the gateway share these
-functions; the gateway reads no further than ``peek_request_header``.
+not define are ignored, as Kafka ignores them (``tagged``).
+
+Nothing a peer sends reaches kio's reader unchecked: kio trusts the counts it reads and would
+reserve memory for all the elements an array declares (2^32-2 of them abort the process).
+``read_request`` and ``read_response`` first check every length and count of the frame
+against the bytes left (``bounds``), then decode; either raises ``FrameError`` on anything
+malformed, trailing bytes included. The listener, the gateway and our own clients share them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import io
+import mmap
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +40,15 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import read_unsigned_varint
 from kio.static.primitive import i16, i32
 
-from kafka_group_operator.wire import tagged
+from kafka_group_operator.wire import bounds, layout, tagged
 
 API_VERSIONS_KEY = 18
 
 # A frame larger than this closes the connection (Kafka's socket.request.max.bytes does the
 # same). Coordinator requests are small: even a commit of 100,000 partitions fits.
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+# Frames above this size are read chunk by chunk as they arrive (``read_frame``).
+_CHUNK_BYTES = 64 * 1024
 
 _SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -78,10 +88,35 @@ async def read_frame(
     (size,) = _SIZE.unpack(prefix)
     if size < 0 or size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes (the limit is {max_bytes})")
+    if size > _CHUNK_BYTES:
+        return await _read_large(reader, size)
     try:
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError:
         raise FrameError(f"connection closed inside a frame of {size} bytes") from None
+
+
+async def _read_large(reader: asyncio.StreamReader, size: int) -> bytes:
+    """A large payload, read chunk by chunk into an anonymous memory mapping of its size.
+
+    The mapping takes memory only for the pages written, as the bytes arrive (a peer that
+    declares 8 MB and sends 1 KB costs 1 KB), and it goes back to the system whole when the
+    frame is done or abandoned. A buffer grown on the heap instead (the stream's own) can stay
+    held by the allocator after the connection closes: dozens of unfinished 8 MB frames kept
+    hundreds of MB.
+    """
+    buffer = mmap.mmap(-1, size)
+    try:
+        filled = 0
+        while filled < size:
+            chunk = await reader.read(min(size - filled, _CHUNK_BYTES))
+            if not chunk:
+                raise FrameError(f"connection closed inside a frame of {size} bytes")
+            buffer[filled : filled + len(chunk)] = chunk
+            filled += len(chunk)
+        return buffer[:]
+    finally:
+        buffer.close()
 
 
 def frame(payload: bytes) -> bytes:
@@ -116,28 +151,36 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(schema is not None and schema.__flexible__)
 
 
-def read_request(payload: bytes) -> tuple[RequestHeader, Any]:
+def read_request(
+    payload: bytes, caps: Mapping[str, int] | None = None
+) -> tuple[RequestHeader, Any]:
     """Header and kio body of a request whose API version kio knows; ``FrameError`` if not,
-    or if the bytes do not decode as that request (trailing bytes included)."""
+    if a length or count does not fit the frame (or one of ``caps``: top-level array field
+    -> most elements, see ``bounds``), or if the bytes do not decode as that request
+    (trailing bytes included)."""
     fixed = peek_request_header(payload)
     schema = request_type(fixed.api_key, fixed.api_version)
     if schema is None:
         raise FrameError(f"unknown API key {fixed.api_key} version {fixed.api_version}")
+    name = f"{schema.__name__} v{fixed.api_version}"
     try:
         # Header v2 is v1 plus a tagged-fields section. Kafka's RequestHeader defines no
         # tagged field, so a broker skips whatever tags a client sends there; kio's reader
         # would refuse unknown tags, so v1's fields are read and the section is skipped.
+        # (v1's only length, the int16 client id's, is checked by kio against the bytes.)
         header: Any
         header, offset = entity_reader(RequestHeaderV1)(payload, 0)
         if schema.__flexible__:
             offset = skip_tagged_fields(payload, offset)
-        body, end = _read_body(schema, payload, offset)
+        end = bounds.check(schema, payload, offset, caps)
     except Exception as error:  # kio raises assorted errors on malformed input
-        raise FrameError(f"malformed {schema.__name__} v{fixed.api_version}: {error}") from None
+        raise FrameError(f"malformed {name}: {error}") from None
     if end != len(payload):
-        raise FrameError(
-            f"{schema.__name__} v{fixed.api_version}: {len(payload) - end} bytes after the request"
-        )
+        raise FrameError(f"{name}: {len(payload) - end} bytes after the request")
+    try:
+        body, _ = _read_body(schema, payload, offset)
+    except Exception as error:
+        raise FrameError(f"malformed {name}: {error}") from None
     return RequestHeader(
         fixed.api_key, fixed.api_version, fixed.correlation_id, header.client_id
     ), body
@@ -161,16 +204,19 @@ def _read_body(schema: type[Any], payload: bytes, offset: int) -> tuple[Any, int
 
 
 def skip_tagged_fields(payload: bytes, offset: int) -> int:
-    """The offset after a tagged-fields section (count, then tag, size and bytes of each)."""
+    """The offset after a tagged-fields section (count, then tag, size and bytes of each);
+    ``ValueError`` when a count or size does not fit in the bytes left."""
     count, used = read_unsigned_varint(payload, offset)
     offset += used
+    if count * 2 > len(payload) - offset:  # a tag and a size take a byte each at least
+        raise ValueError(f"{count} tagged fields declared, {len(payload) - offset} bytes left")
     for _ in range(count):
         _tag, used = read_unsigned_varint(payload, offset)
         offset += used
         size, used = read_unsigned_varint(payload, offset)
         offset += used + size
         if offset > len(payload):
-            raise ValueError("a tagged field runs past the end of the request")
+            raise ValueError("a tagged field runs past the end of the frame")
     return offset
 
 
@@ -187,6 +233,48 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
         )
     entity_writer(type(body))(buffer, body)
     return frame(buffer.getvalue())
+
+
+def encode_entities(entities: Sequence[Any]) -> bytes:
+    """The elements of an array, encoded one after the other (no count)."""
+    buffer = io.BytesIO()
+    for entity in entities:
+        entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def encode_response_around(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: Any,
+    field: str,
+    elements: Sequence[bytes],
+    count: int,
+) -> bytes:
+    """A framed response like ``encode_response``, whose array ``field`` holds ``count``
+    elements already encoded in parts (``encode_entities``): a caller answering thousands
+    of groups encodes them a batch at a time, the event loop free between batches, instead
+    of in one go here. The fields before ``field`` must be fixed-width (a throttle time)."""
+    empty = encode_response(
+        api_key, api_version, correlation_id, dataclasses.replace(body, **{field: ()})
+    )
+    schema = type(body)
+    lay = layout.layout(schema)
+    start = _SIZE.size + _CORRELATION.size
+    if api_key != API_VERSIONS_KEY and schema.__flexible__:
+        start += 1  # response header v1: an empty tagged-fields section
+    for each in lay.fields:
+        if each.name == field:
+            break
+        if each.kind is not layout.Kind.FIXED:
+            raise ValueError(f"{schema.__name__}.{each.name} before {field} is not fixed-width")
+        start += each.width
+    if lay.flexible:
+        marker, prefix = 1, tagged.encode_uvarint(count + 1)
+    else:
+        marker, prefix = 4, _SIZE.pack(count)
+    return frame(empty[_SIZE.size : start] + prefix + b"".join(elements) + empty[start + marker :])
 
 
 def encode_request(body: Any, correlation_id: int, client_id: str | None = "kgo") -> bytes:
@@ -216,12 +304,24 @@ def peek_correlation(payload: bytes) -> int:
 
 
 def read_response(payload: bytes, schema: type[Any]) -> tuple[int, Any]:
-    """Correlation id and kio body of a response of type ``schema`` (clients and tests)."""
+    """Correlation id and kio body of a response of type ``schema``; ``FrameError`` if a
+    length or count does not fit the frame, or the bytes are not that response exactly
+    (the whole frame: trailing bytes are refused)."""
     flexible_header = schema.__api_key__ != API_VERSIONS_KEY and schema.__flexible__
-    (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
-    offset = _CORRELATION.size
-    if flexible_header:
-        # Response header v1's tags: none is defined, so all are skipped (as Kafka does).
-        offset = skip_tagged_fields(payload, offset)
-    body, _ = _read_body(schema, payload, offset)
+    name = f"{schema.__name__} v{schema.__version__}"
+    try:
+        (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
+        offset = _CORRELATION.size
+        if flexible_header:
+            # Response header v1's tags: none is defined, so all are skipped (as Kafka does).
+            offset = skip_tagged_fields(payload, offset)
+        end = bounds.check(schema, payload, offset)
+    except Exception as error:
+        raise FrameError(f"malformed {name}: {error}") from None
+    if end != len(payload):
+        raise FrameError(f"{name}: {len(payload) - end} bytes after the response")
+    try:
+        body, _ = _read_body(schema, payload, offset)
+    except Exception as error:
+        raise FrameError(f"malformed {name}: {error}") from None
     return int(correlation_id), body
