@@ -52,6 +52,7 @@ from kafka_group_operator.coordinator import messages
 logger = logging.getLogger("kgo.coordinator")
 
 STOP_TIMEOUT_S = 15.0
+STOP_GRACE_S = 15.0
 
 # JSON field of --groups -> GroupSettings attribute
 GROUP_SETTING_FIELDS = {
@@ -459,15 +460,22 @@ async def serve(
             )
         await runtime.wait_until_loaded()
         if shards is None:
-            # The groups of partitions served elsewhere are configured by their coordinator.
+            # The groups of partitions served elsewhere are configured by their coordinator;
+            # so are those of a partition another process took during this one's load
+            # (started at the same moment on the same partitions): it has the same file.
             ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
-            for settings in ours:
-                await runtime.configure_group(settings)
-            logger.info("state loaded, %d group(s) configured", len(ours))
+            left = await _configure_groups(runtime, ours, fence_is_final=True)
+            logger.info("state loaded, %d group(s) configured", len(ours) - len(left))
+            if left:
+                configuring = asyncio.create_task(
+                    _configure_when_held(runtime, left, fence_is_final=True)
+                )
         elif group_settings:
             # The settings are state: written once by whichever process holds the group's
             # partition first, they move with the partition.
-            configuring = asyncio.create_task(_configure_when_held(runtime, group_settings))
+            configuring = asyncio.create_task(
+                _configure_when_held(runtime, group_settings, fence_is_final=False)
+            )
         # Each group is mirrored by the process serving it: with a fixed set this one's groups,
         # with Leases every group (the mirror skips one while another replica serves it).
         _mirror(
@@ -500,22 +508,49 @@ async def serve(
             await asyncio.wait_for(runtime.stop(), STOP_TIMEOUT_S)
 
 
-async def _configure_when_held(runtime: Any, group_settings: list[messages.GroupSettings]) -> None:
-    """Configure each group once this process serves its partition (lease mode)."""
-    from kafka_group_operator.coordinator import errors
-
+async def _configure_when_held(
+    runtime: Any, group_settings: list[messages.GroupSettings], fence_is_final: bool
+) -> None:
+    """Configure each group once this process serves its partition (see ``_configure_groups``),
+    trying again every half second."""
     left = list(group_settings)
     while left:
-        for settings in list(left):
-            if not runtime.serving(runtime.partition_of(settings.group_id)):
-                continue
-            try:
-                await runtime.configure_group(settings)
-            except errors.CoordinatorError:
-                continue  # loading, or lost meanwhile: later, or by its new holder
-            left.remove(settings)
-            logger.info("group %s configured", settings.group_id)
         await asyncio.sleep(0.5)
+        left = await _configure_groups(runtime, left, fence_is_final)
+
+
+async def _configure_groups(
+    runtime: Any, group_settings: list[messages.GroupSettings], fence_is_final: bool
+) -> list[messages.GroupSettings]:
+    """Configure the groups whose state partitions this process serves; the groups still to
+    configure. A refusal (a load under way, the partition lost meanwhile) is retried later,
+    never raised: a coordinator serves whatever partitions it holds. With fixed partition sets
+    (``fence_is_final``) a partition fenced by another coordinator is that one's for good,
+    and so is configuring its groups; under Leases it may come back."""
+    from kafka_group_operator.coordinator import errors
+    from kafka_group_operator.runtime import coordinator_runtime
+
+    fenced = coordinator_runtime.PartitionState.FENCED
+    left = []
+    for settings in group_settings:
+        if fence_is_final and runtime.partition_state(settings.group_id) is fenced:
+            logger.info(
+                "group %s: its state partition is served by another coordinator, which "
+                "configures it",
+                settings.group_id,
+            )
+            continue
+        if not runtime.serving(runtime.partition_of(settings.group_id)):
+            left.append(settings)
+            continue
+        try:
+            await runtime.configure_group(settings)
+        except errors.CoordinatorError as error:
+            logger.info("group %s not configured yet: %s", settings.group_id, error)
+            left.append(settings)
+            continue
+        logger.info("group %s configured", settings.group_id)
+    return left
 
 
 def run(args: argparse.Namespace) -> int:
