@@ -177,9 +177,14 @@ class Listener:
             logger.exception("closing the connection of %s after an internal error", peer)
         finally:
             self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if self._stopping:
+                # A graceful close waits until the peer has read every reply sent: a client
+                # that reads nothing would hold the stop (and SIGTERM) for ever.
+                writer.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
 
 async def handle(
