@@ -65,8 +65,8 @@ logger = logging.getLogger("kgo.coordinator")
 # ``_WATCHDOG_S``, and no longer: a librdkafka call still waiting for brokers that are gone
 # returns only at its own timeout.
 STOP_GRACE_S = 10.0
-_STEPS_S = STOP_GRACE_S - 2.0
-_WATCHDOG_S = STOP_GRACE_S - 0.5
+_STEPS_S = STOP_GRACE_S - 2.5
+_WATCHDOG_S = STOP_GRACE_S - 1.0
 # How long HTTP requests in flight at a stop may take to finish, and then to be cancelled
 # (aiohttp waits this long for each). A commit cut short is retried at the next
 # coordinator, as after a crash; it is in the log or not, never acknowledged and lost.
