@@ -9,7 +9,7 @@ Where each vector comes from:
   orders-1, payments-0);
 - librdkafka (confluent-kafka 2.16): ``rd_kafka_consumer_protocol_member_metadata_new``
   writes version 3, an empty (not null) user data, an empty owned list, the generation
-  (-1 on a first join) and a null rack;
+  (-1 on a first join) and the rack, ``client.rack``, whose default is the empty string;
 - kafka-python 3.0: ``ConsumerProtocolSubscription(0, topics, b"")``, checked below against
   the installed package's own encoder;
 - sarama: ``ConsumerGroupMemberMetadata.encode``, version 0 below Kafka 2.4 (and always in
@@ -48,7 +48,7 @@ from tests.protocol.wire import Connection
 
 ORDERS = "0006" + b"orders".hex()
 PAYMENTS = "0008" + b"payments".hex()
-NULL_BYTES, EMPTY_BYTES, NULL_STRING = "ffffffff", "00000000", "ffff"
+NULL_BYTES, EMPTY_BYTES, NULL_STRING, EMPTY_STRING = "ffffffff", "00000000", "ffff", "0000"
 BOTH_TOPICS = "00000002" + ORDERS + PAYMENTS
 ONE_TOPIC = "00000001" + ORDERS
 OWNED = "00000001" + ORDERS + "00000002" + "00000000" + "00000002"  # orders-0, orders-2
@@ -78,7 +78,7 @@ JAVA_ASSIGNMENT_PRINTED = (
 )
 
 FIRST_JOINS = {
-    "librdkafka": "0003" + ONE_TOPIC + EMPTY_BYTES + NO_OWNED + "ffffffff" + NULL_STRING,
+    "librdkafka": "0003" + ONE_TOPIC + EMPTY_BYTES + NO_OWNED + "ffffffff" + EMPTY_STRING,
     "kafka-python": "0000" + ONE_TOPIC + EMPTY_BYTES,
     "sarama v0 (and 1.22)": "0000" + ONE_TOPIC + NULL_BYTES,
     "sarama v1": "0001" + ONE_TOPIC + NULL_BYTES + NO_OWNED,
@@ -127,7 +127,7 @@ def test_every_client_familys_first_join(client: str) -> None:
     assert read.topics == ("orders",)
     assert owned_of(read) == {}
     assert getattr(read, "generation_id", -1) == -1
-    assert getattr(read, "rack_id", None) is None
+    assert getattr(read, "rack_id", None) == ("" if client == "librdkafka" else None)
 
 
 def test_kafka_pythons_own_encoder_writes_its_vector() -> None:
