@@ -402,7 +402,8 @@ async def serve(
         if not signalled:
             signalled.append(time.monotonic())
             _exit_watchdog(_WATCHDOG_S)
-        loop.call_soon_threadsafe(this_task.cancel)
+        with contextlib.suppress(RuntimeError):  # the loop closed already: exiting anyway
+            loop.call_soon_threadsafe(this_task.cancel)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop_soon)

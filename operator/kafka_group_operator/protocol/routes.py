@@ -4,9 +4,11 @@ Adding an API is one ``Route`` line here. Version ranges are those Kafka's broke
 (Kafka 4's message schemas), widened to the group APIs' versions that Kafka 4 removed
 (KIP-896) but Kafka 3.x clients still send: OffsetCommit v0/v1 and OffsetFetch v0 have no
 kio type and are read by translation (``offsets``). ApiVersions advertises exactly this
-table; a request for a version outside it closes the connection, as Kafka's brokers do
-(``SocketServer`` closes on the ``UnsupportedVersionException`` of
-``parseRequestHeader``), with a warning naming the client and the API.
+table; a request for a version outside it closes the connection unanswered, as Kafka's
+brokers do (Kafka 4's ``Processor.parseRequestHeader`` throws ``UnsupportedVersionException``
+for any API but ApiVersions, and ``processCompletedReceives`` closes the channel on it), with
+a warning naming the client id and the API. DeleteGroups v3, which Kafka 4.4 serves, is not: kio
+has no type for it.
 
 A handler is ``async def handler(ctx: dispatch.RequestContext, request) -> response``:
 ``request`` is kio's type for ``ctx.api_version``; build the response with
