@@ -27,6 +27,10 @@ and take over those of a process that stops renewing its Leases. ``--kube-server
 server's URL (plain, no credentials: for local runs and tests). With ``--kafka-port``,
 ``--lease-kafka-replicas`` names every replica's Kafka listener (HOST:PORT, in the order of
 ``--lease-replicas``): FindCoordinator then names the listener of the Lease's holder.
+
+SIGTERM and SIGINT stop the process within ``STOP_GRACE_S``, with traffic running and with
+the brokers gone. A process started together with another on the same partitions keeps
+serving whichever partitions its load did not lose to the other: it never exits for that.
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Mapping
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +58,19 @@ from kafka_group_operator.coordinator import messages
 
 logger = logging.getLogger("kgo.coordinator")
 
-STOP_TIMEOUT_S = 15.0
+# SIGTERM (or SIGINT) ends the process within this long, whatever the traffic and whether the
+# brokers answer (Kubernetes waits 30 s by default before SIGKILL). The stop gives up the
+# Leases, closes every connection, answers or drops what is in flight and aborts open
+# transactions within ``_STEPS_S``; the exit then waits for worker threads until
+# ``_WATCHDOG_S``, and no longer: a librdkafka call still waiting for brokers that are gone
+# returns only at its own timeout.
+STOP_GRACE_S = 10.0
+_STEPS_S = STOP_GRACE_S - 2.5
+_WATCHDOG_S = STOP_GRACE_S - 1.0
+# How long HTTP requests in flight at a stop may take to finish, and then to be cancelled
+# (aiohttp waits this long for each). A commit cut short is retried at the next
+# coordinator, as after a crash; it is in the log or not, never acknowledged and lost.
+_HTTP_SHUTDOWN_S = 1.0
 
 # JSON field of --groups -> GroupSettings attribute
 GROUP_SETTING_FIELDS = {
@@ -375,12 +394,25 @@ async def serve(
             wait_until_loaded=False,
         )
     )
-    # A signal cancels this task wherever it waits (loading too); `finally` cleans up.
+    # A signal cancels this task wherever it waits (loading too); `finally` cleans up, and a
+    # watchdog ends the process if that and the exit have not within the grace period. A plain
+    # signal handler, not the loop's: it runs as soon as the signal arrives, even while the
+    # loop is busy (a client pipelining requests keeps it so for seconds), and the grace
+    # period counts from then.
     this_task = asyncio.current_task()
     assert this_task is not None
     loop = asyncio.get_running_loop()
+    signalled: list[float] = []
+
+    def stop_soon(signum: int, frame: object) -> None:
+        if not signalled:
+            signalled.append(time.monotonic())
+            _exit_watchdog(_WATCHDOG_S)
+        with contextlib.suppress(RuntimeError):  # the loop closed already: exiting anyway
+            loop.call_soon_threadsafe(this_task.cancel)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, this_task.cancel)
+        signal.signal(signum, stop_soon)
     shards = None
     kube = None
     configuring: asyncio.Task[None] | None = None
@@ -391,7 +423,11 @@ async def serve(
         kube = kube_client.KubeClient(kube_client.Credentials(server=args.kube_server))
         shards = lease_shards.LeasedShards(kube, runtime, lease_settings)
         directory = shards.directory()
-    runner = web.AppRunner(api_app.build_app(runtime, token_store, directory), access_log=None)
+    runner = web.AppRunner(
+        api_app.build_app(runtime, token_store, directory),
+        access_log=None,
+        shutdown_timeout=_HTTP_SHUTDOWN_S,
+    )
     await runner.setup()
     kafka_listener = None
     metrics_runner: web.AppRunner | None = None
@@ -470,15 +506,22 @@ async def serve(
             )
         await runtime.wait_until_loaded()
         if shards is None:
-            # The groups of partitions served elsewhere are configured by their coordinator.
+            # The groups of partitions served elsewhere are configured by their coordinator;
+            # so are those of a partition another process took during this one's load
+            # (started at the same moment on the same partitions): it has the same file.
             ours = [s for s in group_settings if directory.owner(s.group_id).is_self]
-            for settings in ours:
-                await runtime.configure_group(settings)
-            logger.info("state loaded, %d group(s) configured", len(ours))
+            left = await _configure_groups(runtime, ours, fence_is_final=True)
+            logger.info("state loaded, %d group(s) configured", len(ours) - len(left))
+            if left:
+                configuring = asyncio.create_task(
+                    _configure_when_held(runtime, left, fence_is_final=True)
+                )
         elif group_settings:
             # The settings are state: written once by whichever process holds the group's
             # partition first, they move with the partition.
-            configuring = asyncio.create_task(_configure_when_held(runtime, group_settings))
+            configuring = asyncio.create_task(
+                _configure_when_held(runtime, group_settings, fence_is_final=False)
+            )
         # Each group is mirrored by the process serving it: with a fixed set this one's groups,
         # with Leases every group (the mirror skips one while another replica serves it).
         _mirror(
@@ -493,40 +536,120 @@ async def serve(
         print(f"ready on http://{args.host}:{args.port}", flush=True)
         await asyncio.Event().wait()  # until a signal cancels us
     finally:
+        # Each step gets what is left of the grace period: one that waits on a client that
+        # reads nothing, or on brokers that are gone, cannot hold the others or the exit.
+        stopping_at = signalled[0] if signalled else time.monotonic()
+        deadline = stopping_at + _STEPS_S
+        logger.info("stopping")
         if configuring is not None:
             configuring.cancel()
         if shards is not None:
             # First: give the partitions up and release their Leases for the others.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(shards.stop(), STOP_TIMEOUT_S)
+            await _within(deadline, "giving up the Leases", shards.stop())
         if kube is not None:
-            await kube.close()
-        await runner.cleanup()
-        if metrics_runner is not None:
-            await metrics_runner.cleanup()
+            await _within(deadline, "closing the Kubernetes client", kube.close())
         if kafka_listener is not None:
-            await kafka_listener.stop()
-        # Bounded: with the brokers gone, pending writes could otherwise hold the exit.
+            # Before the member API: it cancels its connections at once, and a client
+            # pipelining requests keeps the loop busy until then.
+            await _within(deadline, "stopping the Kafka listener", kafka_listener.stop())
+        await _within(deadline, "stopping the member API", runner.cleanup())
+        if metrics_runner is not None:
+            await _within(deadline, "stopping the metrics", metrics_runner.cleanup())
+        await _within(deadline, "stopping the coordinator runtime", runtime.stop())
+        logger.info("stopped in %.1f s", time.monotonic() - stopping_at)
+
+
+async def _within(deadline: float, what: str, step: Coroutine[Any, Any, Any]) -> None:
+    """Await one step of the stop until ``deadline`` (``time.monotonic()``, the loop's clock);
+    a step that fails or runs out of time is logged and left behind."""
+    started = asyncio.get_running_loop().time()
+    try:
+        async with asyncio.timeout_at(deadline):
+            await step
+        logger.debug("%s: %.2f s", what, asyncio.get_running_loop().time() - started)
+    except TimeoutError:
+        logger.warning("%s did not finish within the stop's grace period", what)
+    except Exception:
+        logger.exception("%s failed", what)
+
+
+def _exit_watchdog(grace_s: float) -> None:
+    """End the process ``grace_s`` from now if it still runs then (started once).
+
+    The stop itself is bounded (``_within``), but the exit waits for every worker thread, and
+    a thread inside a blocking librdkafka call (a transaction commit, a metadata request)
+    returns only at that call's own timeout, which may be longer while the brokers are away.
+    Nothing is lost by not waiting: nothing was acknowledged that is not in the log, and a
+    transaction left open is aborted by the next writer's fencing or its timeout."""
+    global _watchdog
+    if _watchdog is not None:
+        return
+
+    def watch() -> None:
+        time.sleep(grace_s)
+        me = threading.current_thread()
+        waiting = sorted(t.name for t in threading.enumerate() if t is not me)
+        logger.warning(
+            "still stopping after %.1f s; exiting without waiting for %s", grace_s, waiting
+        )
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(runtime.stop(), STOP_TIMEOUT_S)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(0)
+
+    _watchdog = threading.Thread(target=watch, name="stop-watchdog", daemon=True)
+    _watchdog.start()
 
 
-async def _configure_when_held(runtime: Any, group_settings: list[messages.GroupSettings]) -> None:
-    """Configure each group once this process serves its partition (lease mode)."""
-    from kafka_group_operator.coordinator import errors
+_watchdog: threading.Thread | None = None
 
+
+async def _configure_when_held(
+    runtime: Any, group_settings: list[messages.GroupSettings], fence_is_final: bool
+) -> None:
+    """Configure each group once this process serves its partition (see ``_configure_groups``),
+    trying again every half second."""
     left = list(group_settings)
     while left:
-        for settings in list(left):
-            if not runtime.serving(runtime.partition_of(settings.group_id)):
-                continue
-            try:
-                await runtime.configure_group(settings)
-            except errors.CoordinatorError:
-                continue  # loading, or lost meanwhile: later, or by its new holder
-            left.remove(settings)
-            logger.info("group %s configured", settings.group_id)
         await asyncio.sleep(0.5)
+        left = await _configure_groups(runtime, left, fence_is_final)
+
+
+async def _configure_groups(
+    runtime: Any, group_settings: list[messages.GroupSettings], fence_is_final: bool
+) -> list[messages.GroupSettings]:
+    """Configure the groups whose state partitions this process serves; the groups still to
+    configure. A refusal (a load under way, the partition lost meanwhile) is retried later,
+    never raised: a coordinator serves whatever partitions it holds. With fixed partition sets
+    (``fence_is_final``) a partition fenced by another coordinator is that one's for good,
+    and so is configuring its groups; under Leases it may come back."""
+    from kafka_group_operator.coordinator import errors
+    from kafka_group_operator.runtime import coordinator_runtime
+
+    fenced = coordinator_runtime.PartitionState.FENCED
+    left = []
+    for settings in group_settings:
+        if fence_is_final and runtime.partition_state(settings.group_id) is fenced:
+            logger.info(
+                "group %s: its state partition is served by another coordinator, which "
+                "configures it",
+                settings.group_id,
+            )
+            continue
+        if not runtime.serving(runtime.partition_of(settings.group_id)):
+            left.append(settings)
+            continue
+        try:
+            await runtime.configure_group(settings)
+        except errors.CoordinatorError as error:
+            logger.info("group %s not configured yet: %s", settings.group_id, error)
+            left.append(settings)
+            continue
+        logger.info("group %s configured", settings.group_id)
+    return left
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,23 +30,33 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def render(description: Mapping[str, Any]) -> str:
-    """A readable table of a group description (the member API's JSON)."""
+def render(
+    description: Mapping[str, Any], committed: Mapping[tuple[str, int], int] | None = None
+) -> str:
+    """A readable table of a group description (the member API's JSON). Lag is shown only
+    where it is known: ``-`` for a group or member without a committed offset (a lag of 0
+    would hide a client that never commits); given ``committed`` (the group's offsets), a
+    group without any says so."""
     lag_by_partition = {(e["topic"], e["partition"]): e["lag"] for e in description["lag"]}
+    total = description["totalLag"] if lag_by_partition else "-"
+    if committed is not None and not committed:
+        total = "- (nothing committed)"
     lines = [
         f"group {description['groupId']}  state {description['state']}  "
         f"epoch {description['groupEpoch']} (assignment {description['assignmentEpoch']})  "
-        f"assignor {description['assignor']}  total lag {description['totalLag']}",
+        f"assignor {description['assignor']}  total lag {total}",
         f"{'INSTANCE':<22} {'EPOCH':>5} {'STATE':<22} {'#':>3} {'LAG':>7}  PARTITIONS",
     ]
     members = sorted(description["members"], key=lambda m: m["instanceId"] or m["memberId"])
     for member in members:
         owned = member["assignment"]
-        lag = sum(
-            max(lag_by_partition.get((topic, p), 0), 0)
+        known = [
+            max(lag_by_partition[(topic, p)], 0)
             for topic, partitions in owned.items()
             for p in partitions
-        )
+            if (topic, p) in lag_by_partition
+        ]
+        lag = sum(known) if known else "-"
         pending = member["partitionsPendingRevocation"]
         partitions = common.compact_partitions(owned) + (
             f"  revoking {common.compact_partitions(pending)}" if pending else ""
@@ -68,5 +78,6 @@ def run(args: argparse.Namespace) -> int:
 
     with groups.coordinator(args) as coordinator:
         description = coordinator.describe()
-    print(json.dumps(description, indent=2) if args.json else render(description))
+        committed = None if args.json else coordinator.fetch()
+    print(json.dumps(description, indent=2) if args.json else render(description, committed))
     return 0

@@ -226,7 +226,7 @@ def partition_rows(
 def run_describe(args: argparse.Namespace) -> int:
     with coordinator(args) as connection:
         description = connection.describe()
-        committed = {} if args.state or args.members else connection.fetch()
+        committed = {} if args.members else connection.fetch()
     group = description["groupId"]
     if args.state:
         state = {
@@ -236,7 +236,8 @@ def run_describe(args: argparse.Namespace) -> int:
             "assignmentEpoch": description["assignmentEpoch"],
             "assignor": description["assignor"],
             "members": len(description["members"]),
-            "totalLag": description["totalLag"],
+            # No lag where nothing is committed (0 would hide a client that never commits).
+            "totalLag": description["totalLag"] if description["lag"] else None,
         }
         if args.output != "table":
             print(common.dump(state, args.output))
@@ -298,6 +299,8 @@ def run_describe(args: argparse.Namespace) -> int:
         return 0
     if not description["members"]:
         print(f"Consumer group '{group}' has no active members.\n")
+    if not committed:
+        print(f"Consumer group '{group}' has no committed offsets.\n")
     partition_headers = (
         "GROUP",
         "TOPIC",

@@ -5,53 +5,37 @@ As in Kafka 4 (``GroupMetadataManager.classicGroupJoinToConsumerGroup``), the co
 assigns: the JoinGroup response names no leader and lists no members, so no client runs its
 own assignor, and SyncGroup answers each member its own share (whatever assignments a
 client sends are ignored). The subscription inside JoinGroup's protocol metadata is a
-``ConsumerProtocolSubscription`` (int16 version, then that version's struct; a version
-above the newest known is read as the newest, as Kafka's ``ConsumerProtocol`` does); the
-assignment goes out as a ``ConsumerProtocolAssignment``.
+``ConsumerProtocolSubscription``, read as leniently as Kafka reads it
+(``consumer_protocol``: missing trailing fields take their defaults, a newer version reads
+as the newest); the assignment goes out as a ``ConsumerProtocolAssignment``.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
-import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.protocol import dispatch, groups
+from kafka_group_operator.protocol import consumer_protocol, dispatch, groups
 from kafka_group_records import records as schema
 
-# The newest ConsumerProtocolSubscription version kio (and Kafka 4) define.
-_NEWEST_SUBSCRIPTION_VERSION = 3
 # JoinGroup v4+ (KIP-394): a dynamic member without an id is sent back for one.
 _MEMBER_ID_REQUIRED_VERSION = 4
 # LeaveGroup v3+ (KIP-345): a batch of members, by member id or instance id.
 _BATCH_LEAVE_VERSION = 3
 
-_SUBSCRIPTION_TYPES = {
-    version: importlib.import_module(
-        f"kio.schema.consumer_protocol_subscription.v{version}.data"
-    ).ConsumerProtocolSubscription
-    for version in range(_NEWEST_SUBSCRIPTION_VERSION + 1)
-}
-
 
 def decode_subscription(metadata: bytes) -> Any:
-    """The kio ``ConsumerProtocolSubscription`` in a JoinGroup protocol's metadata."""
+    """The kio ``ConsumerProtocolSubscription`` in a JoinGroup protocol's metadata;
+    ``InconsistentGroupProtocol`` (Kafka's answer to a malformed one) without a topic list."""
     try:
-        (version,) = struct.unpack_from(">h", metadata, 0)
-        if version < 0:
-            raise ValueError(f"version {version}")
-        schema_type = _SUBSCRIPTION_TYPES[min(version, _NEWEST_SUBSCRIPTION_VERSION)]
-        subscription, _ = entity_reader(schema_type)(metadata, 2)
-    except Exception as error:  # kio raises assorted errors on malformed input
+        return consumer_protocol.read_subscription(metadata)
+    except consumer_protocol.MalformedMetadata as error:
         raise errors.InconsistentGroupProtocol(
             f"the protocol metadata is not a ConsumerProtocolSubscription: {error}"
         ) from None
-    return subscription
 
 
 def _milliseconds(value: datetime.timedelta) -> int:

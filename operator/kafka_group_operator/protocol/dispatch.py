@@ -22,13 +22,15 @@ from kio.static.primitive import i32Timedelta
 
 from kafka_group_operator.access import tokens
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.protocol import peers
+from kafka_group_operator.protocol import cursor, peers
 from kafka_group_operator.wire import framing
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 # Groups a handler serves between two returns to the event loop (a request naming thousands
 # must not hold up every other connection's heartbeats).
 GROUP_BATCH = 100
+# A request header's API key, API version and correlation id, before its client id.
+_FIXED_HEADER_SIZE = 8
 
 
 class Coordinator(Protocol):
@@ -103,6 +105,38 @@ Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
+class Translation:
+    """An old version kio has no type for, served as version ``served_as``: ``read`` turns
+    its body into kio's request of ``served_as`` (``cursor.Truncated``/``Malformed`` for bad
+    bytes), and the response of ``served_as`` is encoded as the old version's is."""
+
+    served_as: int
+    read: Callable[[cursor.Cursor], Any]
+
+    def read_request(self, payload: bytes) -> tuple[framing.RequestHeader, Any]:
+        """Header (v1: old versions are never flexible) and translated body of a request
+        frame; ``FrameError`` for bytes that do not read whole, as ``framing.read_request``."""
+        fixed = framing.peek_request_header(payload)
+        reader = cursor.Cursor(payload, _FIXED_HEADER_SIZE)
+        try:
+            client_id = reader.nullable_string()
+            body = self.read(reader)
+        except ValueError as error:
+            raise framing.FrameError(
+                f"malformed API key {fixed.api_key} v{fixed.api_version}: {error}"
+            ) from None
+        if reader.remaining:
+            raise framing.FrameError(
+                f"API key {fixed.api_key} v{fixed.api_version}: {reader.remaining} bytes "
+                "after the request"
+            )
+        header = framing.RequestHeader(
+            fixed.api_key, self.served_as, fixed.correlation_id, client_id
+        )
+        return header, body
+
+
+@dataclass(frozen=True)
 class Route:
     api_key: int
     min_version: int
@@ -110,6 +144,8 @@ class Route:
     handler: Handler
     # Served before SASL authentication (ApiVersions and the SASL APIs only, as Kafka).
     before_authentication: bool = False
+    # Versions kio has no type for, read by translation (see ``Translation``).
+    translations: Mapping[int, Translation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

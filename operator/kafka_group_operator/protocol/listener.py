@@ -9,7 +9,8 @@ connection only:
   not decode (a length or count that does not fit the frame among them, ``wire.bounds``),
   a frame above the size limit, or a request other than ApiVersions/SASL before
   authentication (when tokens are required): the connection is closed, the reason logged
-  once (INFO);
+  once (INFO; an unsupported version as a WARNING naming the client id and the API: a
+  client that never learns why its connection closes retries forever);
 - an unsupported ApiVersions version: answered in v0 with ``UNSUPPORTED_VERSION`` and the
   ApiVersions range (KIP-511), so the client can retry with a version it shares;
 - a failed SASL authentication: answered, then closed (also while the groups' tokens are
@@ -49,12 +50,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema import index as api_index
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
 from kafka_group_operator.access import tokens
-from kafka_group_operator.protocol import dispatch, peers, routes
+from kafka_group_operator.protocol import cursor, dispatch, peers, routes
 from kafka_group_operator.wire import framing
 
 logger = logging.getLogger(__name__)
@@ -231,6 +233,9 @@ class Listener:
                     await writer.drain()
                 if session.close_after_response:
                     break
+        except UnsupportedVersion as error:
+            # Kafka closes too, but a client that never learns why retries forever: say so.
+            logger.warning("closing the connection of %s: %s", session.client_host, error)
         except framing.FrameError as error:
             logger.info("closing the connection of %s: %s", _address(peer), error)
         except TimeoutError:
@@ -250,9 +255,14 @@ class Listener:
             )
         finally:
             self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if self._stopping:
+                # A graceful close waits until the peer has read every reply sent: a client
+                # that reads nothing would hold the stop (and SIGTERM) for ever.
+                writer.transport.abort()
+            else:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
     def _refuse(self, peer: Any) -> None:
         """Count a connection refused over the limit; say so at most every 10 s."""
@@ -281,20 +291,24 @@ async def handle(
     route = services.routes.get(fixed.api_key)
     if route is None:
         raise framing.FrameError(f"unsupported API key {fixed.api_key}")
+    translation = route.translations.get(fixed.api_version)
     supported = route.min_version <= fixed.api_version <= route.max_version
-    if not supported or framing.request_type(fixed.api_key, fixed.api_version) is None:
+    if not supported or (
+        translation is None and framing.request_type(fixed.api_key, fixed.api_version) is None
+    ):
         if fixed.api_key == framing.API_VERSIONS_KEY:
             return _unsupported_api_versions(route, fixed.correlation_id)
-        raise framing.FrameError(
-            f"unsupported version {fixed.api_version} of API key {fixed.api_key}"
-        )
+        raise UnsupportedVersion(route, fixed.api_version, _client_id(payload))
     if (
         services.token_store is not None
         and session.principal is None
         and not route.before_authentication
     ):
         raise framing.FrameError(f"API key {fixed.api_key} before SASL authentication")
-    header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
+    if translation is not None:
+        header, body = translation.read_request(payload)
+    else:
+        header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
     session.serving = f"{type(body).__name__} v{header.api_version}"
     context = dispatch.RequestContext(services, session, header)
     lists = _GROUP_LISTS.get(route.api_key)
@@ -355,6 +369,30 @@ def _distinct(named: tuple[Any, ...]) -> tuple[Any, ...]:
     twice, as Kafka answers it)."""
     first = tuple(dict.fromkeys(named))
     return named if len(first) == len(named) else first
+
+
+class UnsupportedVersion(framing.FrameError):
+    """A version of an API the listener does not serve: the connection is closed."""
+
+    def __init__(self, route: dispatch.Route, version: int, client_id: str | None) -> None:
+        name = api_index.api_key_map.get(route.api_key, f"key {route.api_key}")
+        super().__init__(
+            f"client {client_id!r} sent {_api_name(name)} (API key {route.api_key}) "
+            f"version {version}; this coordinator serves versions "
+            f"{route.min_version}-{route.max_version}"
+        )
+
+
+def _api_name(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+def _client_id(payload: bytes) -> str | None:
+    """The request header's client id (after key, version and correlation id), if whole."""
+    try:
+        return cursor.Cursor(payload, 8).nullable_string()
+    except cursor.Truncated:
+        return None
 
 
 def _unsupported_api_versions(route: dispatch.Route, correlation_id: int) -> bytes:

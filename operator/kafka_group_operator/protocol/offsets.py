@@ -8,6 +8,18 @@ below 9 are the classic protocol's, where Kafka reports a stale epoch as
 (empty member id, epoch -1) is accepted only while the group has no active member.
 Versions 10 of both APIs name topics by id.
 
+OffsetCommit v0 and v1 and OffsetFetch v0 are gone from Kafka 4 (KIP-896) and from kio, but
+clients written for Kafka 3.x still send them (sarama before 1.41 commits with v1 unless a
+retention time is configured, whatever Kafka version it is told). They are read here
+(``COMMIT_TRANSLATIONS``, ``FETCH_TRANSLATIONS``; their layouts are Kafka 3.9's message
+schemas) into kio's request of the next version, whose response is encoded exactly as
+theirs is: OffsetCommit v2 (v1 less its per-partition commit timestamp, plus a retention
+time of -1: neither is kept, offsets expire by KIP-211's rule alone) and OffsetFetch v1 (v0
+byte for byte). v0 names no generation or member: it is a member-less commit (-1, ""),
+accepted only while the group has no active member, as Kafka accepts one. (Kafka 3.x's
+ZooKeeper brokers kept v0 offsets in ZooKeeper, apart from the group's, and its KRaft
+brokers answered v0 UNSUPPORTED_VERSION; here v0 reaches the group's own offsets.)
+
 OffsetDelete answers as Kafka's broker does: a group-level failure (authorization,
 ``GROUP_ID_NOT_FOUND``, ``NOT_COORDINATOR``, ...) is the top-level error with no topics; a
 topic the cluster does not have is ``UNKNOWN_TOPIC_OR_PARTITION`` on each of its partitions
@@ -17,12 +29,18 @@ refuses the partitions of subscribed topics with ``GROUP_SUBSCRIBED_TO_TOPIC``.
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.offset_commit.v2 import request as commit_v2
+from kio.schema.offset_fetch.v1 import request as fetch_v1
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64, i64Timedelta
 
 from kafka_group_operator.coordinator import errors, messages
-from kafka_group_operator.protocol import dispatch
+from kafka_group_operator.protocol import cursor, dispatch
 
 # The first OffsetCommit version of the consumer (KIP-848) protocol.
 CONSUMER_PROTOCOL_COMMIT_VERSION = 9
@@ -258,3 +276,73 @@ def _error_named(name: str | None) -> ErrorCode:
     """Kafka's error code of a per-partition error name (``ErrorCode`` is named as Kafka's
     ``Errors``, in lower case)."""
     return ErrorCode.none if name is None else ErrorCode[name.lower()]
+
+
+# -----------------------------------------------------------------------------------------
+# Versions Kafka 4 removed (see the module's docstring)
+
+_NO_RETENTION = i64Timedelta.parse(datetime.timedelta(milliseconds=-1))
+# The fewest bytes of a topic (name, partition count) and of a v0/v1 partition.
+_TOPIC_SIZE = 2 + 4
+_COMMIT_PARTITION_SIZE = {0: 4 + 8 + 2, 1: 4 + 8 + 8 + 2}
+
+
+def _count(reader: cursor.Cursor, element_size: int) -> int:
+    count = reader.count(element_size)
+    if count < 0:
+        raise cursor.Malformed("null array where the schema allows none")
+    return count
+
+
+def _read_commit(version: int, reader: cursor.Cursor) -> Any:
+    """OffsetCommit v0/v1 (GroupId, [v1: GenerationId, MemberId], Topics [Name, Partitions
+    [PartitionIndex, CommittedOffset, [v1: CommitTimestamp], CommittedMetadata]]) as v2."""
+    group_id = reader.string()
+    generation, member_id = (reader.int32(), reader.string()) if version >= 1 else (-1, "")
+    topics = []
+    for _ in range(_count(reader, _TOPIC_SIZE)):
+        name = reader.string()
+        partitions = []
+        for _ in range(_count(reader, _COMMIT_PARTITION_SIZE[version])):
+            index, offset = reader.int32(), reader.int64()
+            if version == 1:
+                reader.int64()  # the commit timestamp: not kept
+            partitions.append(
+                commit_v2.OffsetCommitRequestPartition(
+                    partition_index=i32(index),
+                    committed_offset=i64(offset),
+                    committed_metadata=reader.nullable_string(),
+                )
+            )
+        topics.append(
+            commit_v2.OffsetCommitRequestTopic(name=TopicName(name), partitions=tuple(partitions))
+        )
+    return commit_v2.OffsetCommitRequest(
+        group_id=GroupId(group_id),
+        generation_id_or_member_epoch=i32(generation),
+        member_id=member_id,
+        retention_time=_NO_RETENTION,
+        topics=tuple(topics),
+    )
+
+
+def _read_fetch_v0(reader: cursor.Cursor) -> Any:
+    """OffsetFetch v0 (GroupId, Topics [Name, PartitionIndexes [int32]]): v1's layout."""
+    group_id = reader.string()
+    topics = []
+    for _ in range(_count(reader, _TOPIC_SIZE)):
+        name = reader.string()
+        indexes = tuple(i32(reader.int32()) for _ in range(_count(reader, 4)))
+        topics.append(
+            fetch_v1.OffsetFetchRequestTopic(name=TopicName(name), partition_indexes=indexes)
+        )
+    return fetch_v1.OffsetFetchRequest(group_id=GroupId(group_id), topics=tuple(topics))
+
+
+COMMIT_TRANSLATIONS: Mapping[int, dispatch.Translation] = {
+    0: dispatch.Translation(2, lambda reader: _read_commit(0, reader)),
+    1: dispatch.Translation(2, lambda reader: _read_commit(1, reader)),
+}
+FETCH_TRANSLATIONS: Mapping[int, dispatch.Translation] = {
+    0: dispatch.Translation(1, _read_fetch_v0),
+}

@@ -1,8 +1,14 @@
 """The listener's dispatch table: API key -> handler and the versions served.
 
-Adding an API is one ``Route`` line here. Version ranges follow what kio can read and
-what the handler implements; ApiVersions advertises exactly this table, and a request for a
-version outside it closes the connection (as Kafka's brokers do).
+Adding an API is one ``Route`` line here. Version ranges are those Kafka's brokers serve
+(Kafka 4's message schemas), widened to the group APIs' versions that Kafka 4 removed
+(KIP-896) but Kafka 3.x clients still send: OffsetCommit v0/v1 and OffsetFetch v0 have no
+kio type and are read by translation (``offsets``). ApiVersions advertises exactly this
+table; a request for a version outside it closes the connection unanswered, as Kafka's
+brokers do (Kafka 4's ``Processor.parseRequestHeader`` throws ``UnsupportedVersionException``
+for any API but ApiVersions, and ``processCompletedReceives`` closes the channel on it), with
+a warning naming the client id and the API. DeleteGroups v3, which Kafka 4.4 serves, is not: kio
+has no type for it.
 
 A handler is ``async def handler(ctx: dispatch.RequestContext, request) -> response``:
 ``request`` is kio's type for ``ctx.api_version``; build the response with
@@ -34,8 +40,9 @@ ROUTES: Mapping[int, Route] = {
         Route(14, 0, 5, classic.sync_group),  # SyncGroup
         Route(12, 0, 4, classic.heartbeat),  # Heartbeat
         Route(13, 0, 5, classic.leave_group),  # LeaveGroup
-        Route(8, 2, 10, offsets.offset_commit),  # OffsetCommit
-        Route(9, 1, 10, offsets.offset_fetch),  # OffsetFetch
+        # OffsetCommit and OffsetFetch
+        Route(8, 0, 10, offsets.offset_commit, translations=offsets.COMMIT_TRANSLATIONS),
+        Route(9, 0, 10, offsets.offset_fetch, translations=offsets.FETCH_TRANSLATIONS),
         Route(47, 0, 0, offsets.offset_delete),  # OffsetDelete
         Route(16, 0, 5, groups.list_groups),  # ListGroups
         Route(15, 0, 6, groups.describe_groups),  # DescribeGroups
