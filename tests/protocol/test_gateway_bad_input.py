@@ -37,7 +37,7 @@ async def gateway(
             bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", open_listener.port),
             port=0,
-            max_request_bytes=64 * 1024,
+            max_gathered_bytes=64 * 1024,
         )
     )
     await served.start()

@@ -215,13 +215,17 @@ def peek_correlation(payload: bytes) -> int:
     return int(correlation_id)
 
 
-def read_response(payload: bytes, schema: type[Any]) -> tuple[int, Any]:
-    """Correlation id and kio body of a response of type ``schema`` (clients and tests)."""
+def read_response(payload: bytes, schema: type[Any], *, exact: bool = False) -> tuple[int, Any]:
+    """Correlation id and kio body of a response of type ``schema`` (clients and tests);
+    ``exact``: ``FrameError`` unless the body ends where the frame does (the gateway reads the
+    replies it rewrites so)."""
     flexible_header = schema.__api_key__ != API_VERSIONS_KEY and schema.__flexible__
     (correlation_id,) = _CORRELATION.unpack_from(payload, 0)
     offset = _CORRELATION.size
     if flexible_header:
         # Response header v1's tags: none is defined, so all are skipped (as Kafka does).
         offset = skip_tagged_fields(payload, offset)
-    body, _ = _read_body(schema, payload, offset)
+    body, end = _read_body(schema, payload, offset)
+    if exact and end != len(payload):
+        raise FrameError(f"{schema.__name__}: {len(payload) - end} bytes after the response")
     return int(correlation_id), body
