@@ -984,6 +984,11 @@ class _Outstanding:
 
     correlation_id: int
     entry: _Pending | None
+    # A Produce request with acks=0: Kafka's broker sends no reply, but one that does (tansu)
+    # is matched too.
+    optional: bool = False
+    # An optional request given up (too many outstanding): a reply to it matches no more.
+    forgotten: bool = False
 
 
 class _Refused(asyncio.Protocol):
@@ -1002,11 +1007,13 @@ class _BrokerConnection:
     Replies are matched to requests in order, as a Kafka broker answers a connection's
     requests one at a time in the order they came (its ``RequestChannel`` mutes the
     connection until the reply is sent), never by correlation id alone, which the client
-    chooses: every request that expects a reply is noted in ``outstanding``, in order, the
-    ones that pass through undecoded included; Produce with acks=0 expects none (Kafka's
-    broker sends none, and ``NetworkClient`` expects none). A reply whose correlation id is
-    not the oldest outstanding request's, or a request reusing the correlation id of one
-    outstanding, ends the connection."""
+    chooses: every request is noted in ``outstanding``, in order, the ones that pass through
+    undecoded included. A Produce request with acks=0 expects no reply (Kafka's broker sends
+    none, and its ``NetworkClient`` expects none); a broker that answers one anyway (tansu
+    does) is matched too, in its place, and a later reply means none is coming. A reply
+    whose correlation id is not the oldest outstanding request's (past those acks=0 ones),
+    or a request reusing the correlation id of one outstanding, ends the connection: a reply
+    is never read as another request's."""
 
     def __init__(
         self, config: GatewayConfig, start: Callable[[_BrokerConnection], asyncio.Future[None]]
@@ -1014,6 +1021,9 @@ class _BrokerConnection:
         self.config = config
         self.outstanding: collections.deque[_Outstanding] = collections.deque()
         self.outstanding_ids: set[int] = set()
+        # The optional ones among them (not forgotten), oldest first; how many others.
+        self.optional: collections.deque[_Outstanding] = collections.deque()
+        self.awaited = 0
         self.client = _Requests(self, config.max_request_bytes)
         self.upstream = _Replies(self, config.max_response_bytes)
         self.client.other, self.upstream.other = self.upstream, self.client
@@ -1041,33 +1051,56 @@ class _BrokerConnection:
         self.client.release("upstream")
         await self._done
 
-    def expect(self, correlation_id: int, entry: _Pending | None) -> _Outstanding:
-        """Note a request forwarded to the broker that expects a reply."""
+    def expect(
+        self, correlation_id: int, entry: _Pending | None, *, optional: bool = False
+    ) -> _Outstanding:
+        """Note a request forwarded to the broker (``optional``: one it need not answer)."""
         if correlation_id in self.outstanding_ids:
             raise framing.FrameError(
                 f"correlation id {correlation_id} reused while its request awaits its reply"
             )
-        request = _Outstanding(correlation_id, entry)
+        request = _Outstanding(correlation_id, entry, optional)
         self.outstanding.append(request)
         self.outstanding_ids.add(correlation_id)
-        if len(self.outstanding) >= _MAX_OUTSTANDING:
-            self.client.pause("in flight")
+        if not optional:
+            self.awaited += 1
+            if self.awaited >= _MAX_OUTSTANDING:
+                self.client.pause("in flight")
+            return request
+        self.optional.append(request)
+        if len(self.optional) > _MAX_OUTSTANDING:
+            # A producer sending acks=0 to a broker that never answers them: not tracked for
+            # ever. A reply to one given up would close the connection.
+            given_up = self.optional.popleft()
+            given_up.forgotten = True
+            self.outstanding_ids.discard(given_up.correlation_id)
+            while self.outstanding and self.outstanding[0].forgotten:
+                self.outstanding.popleft()
         return request
 
     def answered(self, correlation_id: int) -> _Outstanding:
-        """The request a reply with ``correlation_id`` answers: the oldest outstanding."""
-        if not self.outstanding:
-            raise framing.FrameError(f"a reply ({correlation_id}) to no request")
-        oldest = self.outstanding.popleft()
-        self.outstanding_ids.discard(oldest.correlation_id)
-        if correlation_id != oldest.correlation_id:
-            raise framing.FrameError(
-                f"reply {correlation_id} while the oldest request awaiting one is "
-                f"{oldest.correlation_id}"
-            )
-        if len(self.outstanding) < _MAX_OUTSTANDING:
-            self.client.resume("in flight")
-        return oldest
+        """The request a reply with ``correlation_id`` answers: the oldest outstanding, past
+        the acks=0 Produce requests before it that it does not answer."""
+        while self.outstanding:
+            oldest = self.outstanding.popleft()
+            if oldest.forgotten:
+                continue
+            self.outstanding_ids.discard(oldest.correlation_id)
+            if oldest.optional:
+                self.optional.popleft()  # the oldest of them
+                if oldest.correlation_id == correlation_id:
+                    return oldest
+                continue  # never answered, as Kafka's broker does
+            self.awaited -= 1
+            if self.awaited < _MAX_OUTSTANDING:
+                self.client.resume("in flight")
+            if correlation_id != oldest.correlation_id:
+                raise framing.FrameError(
+                    f"reply {correlation_id} while the oldest request awaiting one is "
+                    f"{oldest.correlation_id}"
+                )
+            return oldest
+        raise framing.FrameError(f"a reply ({correlation_id}) to no request")
 
     @property
     def ended(self) -> bool:
@@ -1342,7 +1375,8 @@ class _Requests(_Frames):
                 self._need = more.size
                 return None
             if acks == 0:
-                return _PASS  # no reply comes
+                self.connection.expect(correlation_id, None, optional=True)
+                return _PASS
         elif api_key == LIST_GROUPS and framing.request_type(LIST_GROUPS, version) is None:
             raise framing.FrameError(f"ListGroups v{version}, which the gateway cannot answer")
         entry: _Pending | None = None
