@@ -45,8 +45,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import dataclasses
 import datetime
+import gc
 import logging
 import math
 import ssl
@@ -133,6 +135,17 @@ _CLUSTER_REFRESH_S = 1.0
 _PRODUCE_HEAD_MAX = 128 * 1024
 _CORRELATION = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (free heap pages back to the system), where there is one."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl, macOS): nothing to call
+    return trim
+
+
+_malloc_trim = _libc_malloc_trim()
 
 # The connection settings the gateway is given are checked as it starts: one error type.
 GatewayConfigError = connection.ConfigError
@@ -239,6 +252,7 @@ class Gateway:
         # Open client connections per port, and when a refusal was last logged.
         self._open: collections.Counter[str] = collections.Counter()
         self._refusal_logged: dict[str, float] = {}
+        self._trim_pending = False
 
     @property
     def port(self) -> int:
@@ -318,6 +332,26 @@ class Gateway:
             self._connections.discard(task)
             self._open[name] -= 1
             await close()
+            self._release_memory()
+
+    def _release_memory(self) -> None:
+        """Soon after connections close, hand the memory their frames took back to the
+        system (at most once a second). A connection that ends on an error leaves its
+        frame's bytes in reference cycles (the error's context and traceback hold them, and
+        its task holds the error) until the cycle collector runs; and CPython frees them
+        into the C allocator, whose heap keeps them. Without this, a gateway that once held
+        unfinished frames would stay that large."""
+        if self._trim_pending:
+            return
+        self._trim_pending = True
+
+        def trim() -> None:
+            self._trim_pending = False
+            gc.collect()
+            if _malloc_trim is not None:
+                _malloc_trim(0)
+
+        asyncio.get_running_loop().call_later(1.0, trim)
 
     def _broker_port_connection(self, node_id: int) -> asyncio.Protocol:
         """The protocol of a client's connection to the port of broker ``node_id``."""
