@@ -27,6 +27,7 @@ import datetime
 import io
 import logging
 import struct
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -54,6 +55,7 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import gateway as protocol_gateway
+from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.wire import connection as kafka_connection
 from kafka_group_operator.wire import framing
 from tests.protocol.test_gateway_forwarding import fetch
@@ -318,21 +320,15 @@ def produce(
     return framing.frame(buffer.getvalue())
 
 
+@pytest.mark.parametrize("answered", [True, False], ids=["answered-as-tansu", "as-kafka"])
 @pytest.mark.parametrize("dribble", [False, True], ids=["whole", "a-byte-at-a-time"])
 async def test_produce_with_acks_0_expects_no_reply_and_the_replies_around_it_keep_their_requests(
-    broker: embedded.EmbeddedBroker, dribble: bool
+    dribble: bool, answered: bool
 ) -> None:
-    topic = topics.create_topic(broker.bootstrap, 1, messages_per_partition=0)
-    served = protocol_gateway.Gateway(
-        protocol_gateway.GatewayConfig(
-            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
-            coordinator=("127.0.0.1", embedded.free_port()),
-            port=0,
-        )
-    )
-    await served.start()
-    try:
-        port = await broker_port(served)
+    async with relayed_gateway() as (gateway, relay):
+        tansu = f"{relay.upstream[0]}:{relay.upstream[1]}"
+        topic = await asyncio.to_thread(topics.create_topic, tansu, 1)
+        port = await broker_port(gateway)
         # An unknown tag (7, 3 bytes) in a flexible request header: skipped, as a broker does.
         tags = b"\x01\x07\x03abc"
         sent = [
@@ -345,6 +341,22 @@ async def test_produce_with_acks_0_expects_no_reply_and_the_replies_around_it_ke
             produce(9, topic, b"e", -1, 7, "y", header_tags=tags),
             framing.encode_request(fetch(topic, 0), 8),
         ]
+        unanswered = {1, 3, 5}
+        if not answered:
+            # More acks=0 requests than the gateway keeps track of, none answered, first.
+            many = protocol_gateway._MAX_OUTSTANDING + 100
+            sent[:0] = [produce(9, topic, b"z", 0, 100 + i, "p") for i in range(many)]
+            unanswered.update(range(100, 100 + many))
+
+            def as_kafka(
+                header: framing.RequestHeader, client_id: str | None, reply: bytes
+            ) -> list[bytes]:
+                # Kafka's broker sends no reply to a Produce with acks=0 (tansu does).
+                if client_id != GATEWAY_CLIENT_ID and header.correlation_id in unanswered:
+                    return []
+                return [reply]
+
+            relay.tamper = as_kafka
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             stream = b"".join(sent)
@@ -354,13 +366,14 @@ async def test_produce_with_acks_0_expects_no_reply_and_the_replies_around_it_ke
                     await writer.drain()
             else:
                 writer.write(stream)
-            answers = await replies_until_closed(reader, 8, within_s=10)
+            answers = await replies_until_closed(reader, len(sent), within_s=10)
         finally:
             writer.close()
-        # The acks=0 requests' replies, if the broker sends them (tansu does), and the others'.
         correlations = [framing.peek_correlation(reply) for reply in answers]
-        assert [c for c in correlations if c in (2, 4, 6, 7, 8)] == [2, 4, 6, 7, 8]
-        assert sorted(correlations) == correlations  # in request order
+        if answered:
+            assert correlations == [1, 2, 3, 4, 5, 6, 7, 8]  # in request order
+        else:
+            assert correlations == [2, 4, 6, 7, 8]
         by_id = dict(zip(correlations, answers, strict=True))
         for metadata_id in (2, 6):
             _, metadata = framing.read_response(by_id[metadata_id], MetadataResponse)
@@ -369,8 +382,6 @@ async def test_produce_with_acks_0_expects_no_reply_and_the_replies_around_it_ke
         records = bytes(fetched.responses[0].partitions[0].records or b"")
         for value in (b"a", b"b", b"c", b"d", b"e"):
             assert value in records
-    finally:
-        await served.stop()
 
 
 async def test_thousands_of_pipelined_requests_come_back_in_order(
@@ -520,3 +531,60 @@ async def test_a_broker_that_moves_is_followed_once_the_brokers_say_so() -> None
             assert set(gateway.broker_ports()) == {real}
     finally:
         second.stop()
+
+
+async def test_a_real_producer_with_acks_0_keeps_its_connections(
+    broker: embedded.EmbeddedBroker,
+    open_listener: protocol_listener.Listener,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka producing with acks=0 (and asking metadata meanwhile) through the gateway:
+    every record lands and no connection is closed for a reply out of place."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = topics.create_topic(broker.bootstrap, 2, messages_per_partition=0)
+    served = protocol_gateway.Gateway(
+        protocol_gateway.GatewayConfig(
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
+            coordinator=("127.0.0.1", open_listener.port),
+            port=0,
+        )
+    )
+    await served.start()
+    caplog.set_level(logging.INFO, logger=protocol_gateway.__name__)
+    count = 2_000
+
+    def produce_then_read() -> int:
+        bootstrap = f"127.0.0.1:{served.port}"
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": 0,
+                "linger.ms": 0,
+                "batch.num.messages": 10,
+                "topic.metadata.refresh.interval.ms": 100,
+                "log_level": 0,
+            }
+        )
+        for index in range(count):
+            producer.produce(topic, f"r{index}".encode(), partition=index % 2)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "log_level": 0})
+        try:
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+            seen = 0
+            deadline = time.monotonic() + 60
+            while seen < count and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    seen += 1
+            return seen
+        finally:
+            consumer.close()
+
+    try:
+        assert await asyncio.to_thread(produce_then_read) == count
+    finally:
+        await served.stop()
+    assert not logged(caplog, "port of broker", "reply")
