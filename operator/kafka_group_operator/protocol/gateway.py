@@ -12,7 +12,11 @@ connections. The gateway listens on loopback:
   closes the gateway's connection (its replica stopped or died), the client's is closed too,
   as a dead coordinator's would be;
 - one **broker port** per upstream broker, opened when a reply first names that broker: every
-  request goes to that broker;
+  request goes to that broker. Only a broker that the gateway's own Metadata request to the
+  bootstrap servers names, at that address, gets a port (asked again, at most once a second,
+  when a reply names an unknown node or address): a node it does not confirm is left out of
+  the client's reply (a transaction coordinator: ``COORDINATOR_NOT_AVAILABLE``) and never
+  connected to, so the brokers' credentials and TLS connections go to those brokers only;
 - one **peer coordinator port** per other coordinator listener, opened when FindCoordinator
   first names one (several coordinators splitting the state topic, ``protocol.peers``): it
   serves like the coordinator port, with that listener for the group APIs. A group's
@@ -21,17 +25,25 @@ connections. The gateway listens on loopback:
   (asked on a connection of the gateway's own), so that a client sent back by
   ``NOT_COORDINATOR`` lands on the group's coordinator whichever node it asks.
 
-Requests are forwarded byte for byte; the gateway reads no further than the request header,
-and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
-``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports, plus the
-coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator port or a
-peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions``
-(those three capped at the versions kio reads; on the coordinator port, the group APIs'
-versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
-replies are read and written with kio's types. On a broker port, the bytes go from one
-socket's transport to the other's as they arrive; only the rewritten replies (and their
-requests) are gathered whole, and a side that reads slower than the other sends stops the
-other being read (the transports' flow control) rather than the gateway buffering for it.
+Requests are forwarded byte for byte; the gateway reads no further than the request header
+(a Produce request up to its acks, a FindCoordinator request whole). Replies are matched to
+requests in request order, as a broker answers a connection's requests, never by the
+correlation id the client chose: a reply that is not the oldest outstanding request's, or a
+request reusing an outstanding correlation id, closes the connection. The gateway rewrites
+the replies of ``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports,
+plus the coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator
+port or a peer coordinator port, a transaction coordinator -> its broker port) and
+``ApiVersions`` (those three capped at the versions kio reads; on the coordinator port, the
+group APIs' versions are the listener's), each read whole with kio's types (no byte after
+its body). A broker port answers ``ListGroups`` with no group: the coordinator's listing is
+the one a client gets (``_no_groups``). Produce and Fetch payloads are never decoded. On a
+broker port, the bytes go from one socket's transport to the other's as they arrive; only
+the frames the gateway reads are gathered whole (``max_gathered_bytes``, 1 MiB, or 64 MiB
+for a Metadata reply), and a side that reads slower than the other sends stops the other
+being read (the transports' flow control) rather than the gateway buffering for it. The
+coordinator ports read each request whole, up to ``max_gathered_bytes`` (the group APIs'
+requests are small), and refuse Produce and Fetch. Each port takes at most
+``max_connections`` client connections.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
 properties (``wire.connection.upstream_security``, shared with the offset mirror); the client
@@ -135,6 +147,7 @@ _CLUSTER_REFRESH_S = 1.0
 _PRODUCE_HEAD_MAX = 128 * 1024
 _CORRELATION = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
+
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim`` (free heap pages back to the system), where there is one."""
