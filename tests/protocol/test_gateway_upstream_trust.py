@@ -75,6 +75,7 @@ class SecuredFront:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.sleep(0.1)  # the sockets' closes run
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -161,8 +162,8 @@ class SecuredFront:
         finally:
             for each in pumps:
                 each.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
             up_writer.close()
+            await asyncio.gather(*pumps, return_exceptions=True)
 
 
 @contextlib.contextmanager
@@ -227,13 +228,14 @@ async def secured_broker(kind: str, directory: Path) -> AsyncIterator[Upstream]:
     sasl = kafka_connection.Sasl(mechanism, USER, PASSWORD) if mechanism else None
     front = SecuredFront(server_tls, mechanism or None)
     port = await front.start()
-    try:
-        with tansu_advertising(port) as tansu:
-            front.upstream = tansu
-            security = kafka_connection.Security(client_tls, sasl)
+    with tansu_advertising(port) as tansu:
+        front.upstream = tansu
+        security = kafka_connection.Security(client_tls, sasl)
+        try:
             yield Upstream(("127.0.0.1", port), security, front, server_tls)
-    finally:
-        await front.stop()
+        finally:
+            # Its connections closed before the broker stops (tansu waits for them).
+            await front.stop()
 
 
 # --- the attacker -------------------------------------------------------------------------
