@@ -37,7 +37,7 @@ async def gateway(
             bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
             coordinator=("127.0.0.1", open_listener.port),
             port=0,
-            max_request_bytes=64 * 1024,
+            max_gathered_bytes=64 * 1024,
         )
     )
     await served.start()
@@ -92,8 +92,16 @@ async def test_a_client_that_leaves_mid_request_affects_only_its_connection(
         struct.pack(">i", 3) + b"abc",  # shorter than a request header
         # Produce v9's header (api key 0): no partition leads on the coordinator port.
         struct.pack(">ihhih", 10, 0, 9, 1, -1),
+        # Fetch v4's header (api key 1): nor does one lead here.
+        struct.pack(">ihhih", 10, 1, 4, 1, -1),
     ],
-    ids=["oversized", "negative", "short", "produce-on-coordinator-port"],
+    ids=[
+        "oversized",
+        "negative",
+        "short",
+        "produce-on-coordinator-port",
+        "fetch-on-coordinator-port",
+    ],
 )
 async def test_bad_frames_close_only_that_connection(
     gateway: protocol_gateway.Gateway, data: bytes

@@ -29,6 +29,7 @@ CLEAN = {
         "KGO_KAFKA_CONFIG_DIR",
         "KGO_COORDINATOR_CA_FILE",
         "KGO_GATEWAY_PORT",
+        "KGO_GATEWAY_MAX_CONNECTIONS",
     )
 }
 
@@ -48,6 +49,10 @@ CLEAN = {
         (
             ["--bootstrap", "k:1", "--coordinator", "c:1", "--coordinator-ca", "/nonexistent"],
             "--coordinator-ca: ",
+        ),
+        (
+            ["--bootstrap", "k:1", "--coordinator", "c:1", "--max-connections", "0"],
+            "--max-connections must be at least 1",
         ),
     ],
 )

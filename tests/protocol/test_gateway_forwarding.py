@@ -95,8 +95,13 @@ def frames(stream: bytes) -> list[bytes]:
 @dataclass
 class Relay:
     port: int
-    # Every byte the broker sent, as it sent them.
-    replies: bytearray = field(default_factory=bytearray)
+    # Every byte the broker sent on each connection, as it sent them.
+    streams: list[bytearray] = field(default_factory=list)
+
+    @property
+    def replies(self) -> bytearray:
+        """What the broker sent on the first connection (a client's, through the gateway)."""
+        return self.streams[0]
 
 
 @contextlib.asynccontextmanager
@@ -115,6 +120,8 @@ async def relay(
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*broker)
+        replied = bytearray()
+        relayed.streams.append(replied)
 
         async def requests() -> None:
             while data := await reader.read(65536):
@@ -124,8 +131,8 @@ async def relay(
         async def replies() -> None:
             while data := await up_reader.read(65536):
                 if cut_after is not None:
-                    data = data[: cut_after - len(relayed.replies)]
-                relayed.replies += data
+                    data = data[: cut_after - len(replied)]
+                replied.extend(data)
                 if dribble:
                     for index in range(len(data)):
                         writer.write(data[index : index + 1])
@@ -134,7 +141,7 @@ async def relay(
                 else:
                     writer.write(data)
                     await writer.drain()
-                if len(relayed.replies) == cut_after:
+                if len(replied) == cut_after:
                     return
 
         both = [asyncio.ensure_future(requests()), asyncio.ensure_future(replies())]
@@ -164,12 +171,14 @@ async def broker_port_via(
     upstream: tuple[str, int],
     security: kafka_connection.Security | None = None,
     max_request_bytes: int = protocol_gateway.MAX_REQUEST_BYTES,
+    bootstrap: tuple[str, int] | None = None,
 ) -> AsyncIterator[tuple[protocol_gateway.Gateway, int]]:
-    """A gateway in front of ``broker_address``, and the local port of that broker, whose
-    connections go to ``upstream``; the coordinator listener is not needed here."""
+    """A gateway in front of ``broker_address`` (or ``bootstrap``, reached with ``security``
+    as every broker), and the local port of that broker, whose connections go to
+    ``upstream``; the coordinator listener is not needed here."""
     served = protocol_gateway.Gateway(
         protocol_gateway.GatewayConfig(
-            bootstrap_servers=(broker_address,),
+            bootstrap_servers=(bootstrap or broker_address,),
             coordinator=("127.0.0.1", embedded.free_port()),
             brokers_security=security or kafka_connection.Security(),
             port=0,
@@ -220,6 +229,8 @@ def test_replies_a_byte_at_a_time_pass_intact_and_rewritten_ones_are_rewritten(
                 address(broker),
                 ("127.0.0.1", relayed.port),
                 kafka_connection.Security(tls=client_tls),
+                # The gateway's own Metadata requests go through the relay too (over TLS).
+                bootstrap=("127.0.0.1", relayed.port),
             ) as (gateway, port),
         ):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

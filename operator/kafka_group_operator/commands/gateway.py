@@ -67,6 +67,13 @@ def register(subparsers: Any) -> None:
         help="the client's bootstrap port (default: $KGO_GATEWAY_PORT or 9092)",
     )
     parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="open client connections per gateway port; more are closed as they come "
+        "(default: $KGO_GATEWAY_MAX_CONNECTIONS or 256)",
+    )
+    parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
     parser.set_defaults(func=run)
@@ -108,6 +115,14 @@ def build_config(args: argparse.Namespace) -> Any:
     except (OSError, ssl.SSLError) as error:
         raise common.UsageError(f"--coordinator-ca: {error}") from None
     sasl = connection.Sasl("PLAIN", args.group_id, args.token) if args.group_id else None
+    limit = args.max_connections
+    if limit is None:
+        limit_text = os.environ.get("KGO_GATEWAY_MAX_CONNECTIONS") or str(gateway.MAX_CONNECTIONS)
+        if not limit_text.isdigit():
+            raise common.UsageError(f"KGO_GATEWAY_MAX_CONNECTIONS: {limit_text!r} is no number")
+        limit = int(limit_text)
+    if limit < 1:
+        raise common.UsageError(f"--max-connections must be at least 1, not {limit}")
     return gateway.GatewayConfig(
         bootstrap_servers=bootstrap,
         coordinator=coordinator[0],
@@ -115,6 +130,7 @@ def build_config(args: argparse.Namespace) -> Any:
         coordinator_security=connection.Security(tls, sasl),
         host=args.host,
         port=args.port,
+        max_connections=limit,
     )
 
 

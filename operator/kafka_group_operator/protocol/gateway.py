@@ -12,7 +12,11 @@ connections. The gateway listens on loopback:
   closes the gateway's connection (its replica stopped or died), the client's is closed too,
   as a dead coordinator's would be;
 - one **broker port** per upstream broker, opened when a reply first names that broker: every
-  request goes to that broker;
+  request goes to that broker. Only a broker that the gateway's own Metadata request to the
+  bootstrap servers names, at that address, gets a port (asked again, at most once a second,
+  when a reply names an unknown node or address): a node it does not confirm is left out of
+  the client's reply (a transaction coordinator: ``COORDINATOR_NOT_AVAILABLE``) and never
+  connected to, so the brokers' credentials and TLS connections go to those brokers only;
 - one **peer coordinator port** per other coordinator listener, opened when FindCoordinator
   first names one (several coordinators splitting the state topic, ``protocol.peers``): it
   serves like the coordinator port, with that listener for the group APIs. A group's
@@ -21,17 +25,25 @@ connections. The gateway listens on loopback:
   (asked on a connection of the gateway's own), so that a client sent back by
   ``NOT_COORDINATOR`` lands on the group's coordinator whichever node it asks.
 
-Requests are forwarded byte for byte; the gateway reads no further than the request header,
-and keeps, per connection, the correlation ids of the requests whose replies it rewrites:
-``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports, plus the
-coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator port or a
-peer coordinator port, a transaction coordinator -> its broker port) and ``ApiVersions``
-(those three capped at the versions kio reads; on the coordinator port, the group APIs'
-versions are the listener's). Produce and Fetch payloads are never decoded. Rewritten
-replies are read and written with kio's types. On a broker port, the bytes go from one
-socket's transport to the other's as they arrive; only the rewritten replies (and their
-requests) are gathered whole, and a side that reads slower than the other sends stops the
-other being read (the transports' flow control) rather than the gateway buffering for it.
+Requests are forwarded byte for byte; the gateway reads no further than the request header
+(a Produce request up to its acks, a FindCoordinator request whole). Replies are matched to
+requests in request order, as a broker answers a connection's requests, never by the
+correlation id the client chose: a reply that is not the oldest outstanding request's, or a
+request reusing an outstanding correlation id, closes the connection. The gateway rewrites
+the replies of ``Metadata`` and ``DescribeCluster`` (broker addresses -> the broker ports,
+plus the coordinator nodes), ``FindCoordinator`` (a group's coordinator -> the coordinator
+port or a peer coordinator port, a transaction coordinator -> its broker port) and
+``ApiVersions`` (those three capped at the versions kio reads; on the coordinator port, the
+group APIs' versions are the listener's), each read whole with kio's types (no byte after
+its body). A broker port answers ``ListGroups`` with no group: the coordinator's listing is
+the one a client gets (``_no_groups``). Produce and Fetch payloads are never decoded. On a
+broker port, the bytes go from one socket's transport to the other's as they arrive; only
+the frames the gateway reads are gathered whole (``max_gathered_bytes``, 1 MiB, or 64 MiB
+for a Metadata reply), and a side that reads slower than the other sends stops the other
+being read (the transports' flow control) rather than the gateway buffering for it. The
+coordinator ports read each request whole, up to ``max_gathered_bytes`` (the group APIs'
+requests are small), and refuse Produce and Fetch. Each port takes at most
+``max_connections`` client connections.
 
 Toward the brokers, TLS and SASL (PLAIN, SCRAM-SHA-256/512) come from librdkafka-style
 properties (``wire.connection.upstream_security``, shared with the offset mirror); the client
@@ -45,15 +57,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import dataclasses
+import datetime
+import gc
 import logging
+import math
 import ssl
 import struct
+import time
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0Request
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
@@ -62,7 +80,6 @@ from kio.static.primitive import i8, i16, i32
 
 from kafka_group_operator.wire import connection, framing
 from kafka_group_operator.wire.connection import (
-    STREAM_LIMIT,
     Security,
     UpstreamError,
     authenticate,
@@ -73,8 +90,10 @@ logger = logging.getLogger(__name__)
 
 # API keys (Kafka's ApiKeys).
 PRODUCE = 0
+FETCH = 1
 METADATA = 3
 FIND_COORDINATOR = 10
+LIST_GROUPS = 16
 API_VERSIONS = framing.API_VERSIONS_KEY
 DESCRIBE_CLUSTER = 60
 # What a consumer group's coordinator serves: OffsetCommit, OffsetFetch, FindCoordinator
@@ -84,17 +103,65 @@ GROUP_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69})
 # FindCoordinator's key types (Kafka's FindCoordinatorRequest.CoordinatorType).
 GROUP_KEY_TYPE = 0
 
-# Kafka's socket.request.max.bytes: the largest request a broker accepts.
+# Kafka's socket.request.max.bytes: the largest request a broker accepts. On a broker port a
+# request passes through as its bytes come, so this costs the gateway no memory.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # Fetch replies are bounded by the client's fetch.max.bytes / receive.message.max.bytes
-# (librdkafka's default is 100 MB); this bounds what a broken upstream can make us buffer.
+# (librdkafka's default is 100 MB); on a broker port they pass through as they come, on the
+# coordinator port this bounds a reply read whole.
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+# A frame the gateway reads whole before forwarding it: every request on the coordinator
+# ports, a FindCoordinator request on a broker port, and the replies it rewrites but
+# Metadata's. The group APIs' requests are small: an OffsetCommit v9 costs 18 bytes a
+# partition plus its metadata string, so 1 MiB holds a commit of 50,000 partitions (20,000
+# with 30-byte metadata, what Kafka Streams writes); a JoinGroup's subscription or a
+# SyncGroup's assignments of hundreds of members fit as well. Bigger frames close the
+# connection; those still in flight cost at most this much each.
+MAX_GATHERED_BYTES = 1024 * 1024
+# A Metadata reply, read whole to be rewritten: ~40 bytes a partition (leader, replicas and
+# in-sync replicas of three brokers), so 64 MiB holds a cluster of 1.5 million partitions.
+# Only a client's Metadata request for all topics of such a cluster comes near it.
+MAX_METADATA_REPLY_BYTES = 64 * 1024 * 1024
+# Open client connections per gateway port (the coordinator port, each broker's and each
+# peer coordinator's); more are closed as they come, as a broker does past max.connections.
+# The gateway serves one application: a few clients, each with a connection per broker.
+MAX_CONNECTIONS = 256
 
 # The rewritten ApiVersions replies kept: a few per broker of the cluster and request version.
 _VERSIONS_REPLIES = 64
+# FindCoordinator keys in one request: the coordinator listener's own bound on the groups one
+# request names (``protocol.listener.ListenerConfig.max_groups_per_request``).
+_FIND_COORDINATOR_CAPS = {"coordinator_keys": 10_000}
 # Requests of one client connection on the coordinator port awaiting their replies.
 MAX_IN_FLIGHT = 64
+# Requests of one client connection on a broker port awaiting their replies before the
+# client is no longer read (until replies come): what tracking them costs is bounded. A
+# broker answers one request of a connection at a time; librdkafka pipelines up to
+# max.in.flight (1,000,000 by default) and simply waits here.
+_MAX_OUTSTANDING = 1024
+# The coordinator port's stream buffer: a request is read up to its size; a client that
+# sends faster than it reads stops being read beyond this.
+_COORDINATOR_STREAM_LIMIT = 64 * 1024
+# The gateway's own Metadata request to the brokers is repeated when a reply names a broker
+# it does not know (or elsewhere), at most this often.
+_CLUSTER_REFRESH_S = 1.0
+# How much of a Produce request may come before its acks: a client id and a transactional id
+# (each at most 32,767 bytes), and the request header's tagged fields.
+_PRODUCE_HEAD_MAX = 128 * 1024
 _CORRELATION = struct.Struct(">i")
+_FIXED_HEADER = struct.Struct(">hhi")
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (free heap pages back to the system), where there is one."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl, macOS): nothing to call
+    return trim
+
+
+_malloc_trim = _libc_malloc_trim()
 
 # The connection settings the gateway is given are checked as it starts: one error type.
 GatewayConfigError = connection.ConfigError
@@ -114,6 +181,9 @@ class GatewayConfig:
     coordinator_node_id: int = 1_000_000
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_response_bytes: int = MAX_RESPONSE_BYTES
+    max_gathered_bytes: int = MAX_GATHERED_BYTES
+    max_metadata_reply_bytes: int = MAX_METADATA_REPLY_BYTES
+    max_connections: int = MAX_CONNECTIONS
 
 
 async def _close(writer: asyncio.StreamWriter | None) -> None:
@@ -186,6 +256,19 @@ class Gateway:
         # The brokers' ApiVersions replies, rewritten (after the correlation id), by request
         # version and reply (after the correlation id).
         self._versions_replies: dict[tuple[int, bytes], bytes] = {}
+        # The brokers as the gateway's own Metadata requests to the bootstrap servers name
+        # them (node id -> address), on a connection of its own: the only addresses a broker
+        # port ever connects to.
+        self._cluster: dict[int, tuple[str, int]] = {}
+        self._cluster_lock = asyncio.Lock()
+        self._cluster_asked = -math.inf
+        self._cluster_link: tuple[asyncio.StreamReader, asyncio.StreamWriter, int] | None = None
+        self._cluster_calls = 0
+        self._unconfirmed_logged = -math.inf
+        # Open client connections per port, and when a refusal was last logged.
+        self._open: collections.Counter[str] = collections.Counter()
+        self._refusal_logged: dict[str, float] = {}
+        self._trim_pending = False
 
     @property
     def port(self) -> int:
@@ -199,7 +282,10 @@ class Gateway:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve_coordinator_port, self.config.host, self.config.port, limit=STREAM_LIMIT
+            self._serve_coordinator_port,
+            self.config.host,
+            self.config.port,
+            limit=_COORDINATOR_STREAM_LIMIT,
         )
 
     def peer_ports(self) -> dict[tuple[str, int], int]:
@@ -221,10 +307,30 @@ class Gateway:
         if self._resolver is not None:
             await _close(self._resolver[1])
             self._resolver = None
+        if self._cluster_link is not None:
+            await _close(self._cluster_link[1])
+            self._cluster_link = None
 
     # -- connections ------------------------------------------------------------------
 
+    def _admit(self, name: str) -> bool:
+        """Whether a new client connection on the port ``name`` is served (counted until
+        ``_serve`` ends) or refused: ``max_connections`` are open there already."""
+        if self._open[name] < self.config.max_connections:
+            self._open[name] += 1
+            return True
+        now = time.monotonic()
+        if now - self._refusal_logged.get(name, -math.inf) >= 10.0:
+            self._refusal_logged[name] = now
+            logger.warning(
+                "refusing connections on the %s: %s are open (the limit)",
+                name,
+                self.config.max_connections,
+            )
+        return False
+
     async def _serve(self, name: str, serve: Any, close: Callable[[], Awaitable[None]]) -> None:
+        """Serve one admitted client connection; its failure closes it alone, logged."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -240,24 +346,47 @@ class Gateway:
             logger.exception("closing a client connection on the %s after an internal error", name)
         finally:
             self._connections.discard(task)
+            self._open[name] -= 1
             await close()
+            self._release_memory()
+
+    def _release_memory(self) -> None:
+        """Soon after connections close, hand the memory their frames took back to the
+        system (at most once a second). A connection that ends on an error leaves its
+        frame's bytes in reference cycles (the error's context and traceback hold them, and
+        its task holds the error) until the cycle collector runs; and CPython frees them
+        into the C allocator, whose heap keeps them. Without this, a gateway that once held
+        unfinished frames would stay that large."""
+        if self._trim_pending:
+            return
+        self._trim_pending = True
+
+        def trim() -> None:
+            self._trim_pending = False
+            gc.collect()
+            if _malloc_trim is not None:
+                _malloc_trim(0)
+
+        asyncio.get_running_loop().call_later(1.0, trim)
 
     def _broker_port_connection(self, node_id: int) -> asyncio.Protocol:
         """The protocol of a client's connection to the port of broker ``node_id``."""
+        name = f"port of broker {node_id}"
+        if not self._admit(name):
+            return _Refused()
 
         def start(connection: _BrokerConnection) -> asyncio.Future[None]:
             async def close() -> None:
                 connection.close()
 
-            name = f"port of broker {node_id}"
             return asyncio.ensure_future(self._serve(name, self._pipe(node_id, connection), close))
 
         return _BrokerConnection(self.config, start).client
 
     async def _pipe(self, node_id: int, connection: _BrokerConnection) -> None:
         """One upstream: requests and replies pass in order, from one transport to the other
-        as they arrive; only the replies whose correlation id is in ``connection.pending``
-        are read whole, decoded and rewritten."""
+        as they arrive; replies are matched to requests in order (``_BrokerConnection``), and
+        those the gateway rewrites are read whole, decoded and rewritten."""
         up_reader, up_writer = await connect(
             self._brokers[node_id].address, self.config.brokers_security
         )
@@ -275,8 +404,12 @@ class Gateway:
     async def _serve_coordinator_port(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        name = "coordinator port"
+        if not self._admit(name):
+            await _close(writer)
+            return
         route = self._route(reader, writer, self.config.coordinator)
-        await self._serve("coordinator port", route, lambda: _close(writer))
+        await self._serve(name, route, lambda: _close(writer))
 
     async def _serve_peer_port(
         self,
@@ -284,8 +417,11 @@ class Gateway:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        route = self._route(reader, writer, address)
         name = f"port of coordinator {address[0]}:{address[1]}"
+        if not self._admit(name):
+            await _close(writer)
+            return
+        route = self._route(reader, writer, address)
         await self._serve(name, route, lambda: _close(writer))
 
     async def _route(
@@ -300,10 +436,15 @@ class Gateway:
         When the listener closes its connection (its coordinator stopped or died), the
         client's connection is closed too once the replies already received are sent: the
         client sees its coordinator's node go, as it would see a broker's, and looks the
-        coordinator up again at once instead of at its next request."""
+        coordinator up again at once instead of at its next request.
+
+        Each lane matches its replies to its requests in order, and a request may not reuse
+        the correlation id of one still awaiting its reply (the connection is closed), as on
+        the broker ports. Requests are read whole, up to ``max_gathered_bytes``."""
         lanes: dict[str, _Lane] = {}
         # Bounded: a client that sends without reading stops being read (as a broker mutes it).
         order: asyncio.Queue[tuple[asyncio.Future[bytes], _Pending]] = asyncio.Queue(MAX_IN_FLIGHT)
+        outstanding: set[int] = set()
         listener_closed = asyncio.Event()
 
         async def lane(kind: str) -> _Lane:
@@ -319,12 +460,18 @@ class Gateway:
 
         async def requests() -> None:
             while (
-                payload := await framing.read_frame(reader, self.config.max_request_bytes)
+                payload := await framing.read_frame(reader, self.config.max_gathered_bytes)
             ) is not None:
                 header = framing.peek_request_header(payload)
-                if header.api_key == PRODUCE:
-                    # No partition leads here; and acks=0 has no reply to keep in order.
-                    raise framing.FrameError("Produce on the coordinator port")
+                if header.api_key in (PRODUCE, FETCH):
+                    # No partition leads here (and Produce with acks=0 has no reply to keep
+                    # in order).
+                    raise framing.FrameError(f"API key {header.api_key} on the coordinator port")
+                if header.correlation_id in outstanding:
+                    raise framing.FrameError(
+                        f"correlation id {header.correlation_id} reused while its request "
+                        "awaits its reply"
+                    )
                 entry = self._entry(header, payload)
                 if header.api_key == API_VERSIONS:
                     # Its reply advertises the listener's versions: know them first.
@@ -333,6 +480,7 @@ class Gateway:
                     header.api_key != FIND_COORDINATOR or entry[2] == GROUP_KEY_TYPE
                 )
                 target = await lane("listener" if to_listener else "broker")
+                outstanding.add(header.correlation_id)
                 await order.put((target.send(payload, header.correlation_id), entry))
                 await target.writer.drain()
 
@@ -340,8 +488,9 @@ class Gateway:
             while True:
                 reply, entry = await order.get()
                 payload = await reply
-                if entry[0] in (API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR):
+                if entry[0] in _REWRITTEN:
                     payload = await self._rewrite(payload, entry, coordinator_port=True)
+                outstanding.discard(framing.peek_correlation(payload))
                 _write_frame(writer, payload)
                 await writer.drain()
                 order.task_done()
@@ -409,13 +558,17 @@ class Gateway:
 
     # -- rewriting --------------------------------------------------------------------
 
-    def _entry(self, header: framing.RequestHeader, payload: bytes) -> _Pending:
+    def _entry(self, header: framing.RequestHeader, payload: bytes | None) -> _Pending:
+        """What the reply to a request the gateway rewrites needs of it: the header's api
+        key and version, and for FindCoordinator (whose ``payload`` the gateway reads whole)
+        the key type and keys."""
         key_type = GROUP_KEY_TYPE
         keys: tuple[str, ...] = ()
         if header.api_key == FIND_COORDINATOR:
+            assert payload is not None
             # Its reply depends on the key type and keys: the one request body the gateway
-            # reads.
-            _, body = framing.read_request(payload)
+            # reads. As many keys as the coordinator listener takes in one request.
+            _, body = framing.read_request(payload, _FIND_COORDINATOR_CAPS)
             key_type = int(getattr(body, "key_type", GROUP_KEY_TYPE))
             keys = (str(body.key),) if header.api_version < 4 else tuple(body.coordinator_keys)
         return header.api_key, header.api_version, key_type, keys
@@ -432,21 +585,22 @@ class Gateway:
                 return payload[: _CORRELATION.size] + cached
         try:
             schema = framing.response_type(api_key, version)
+            # Whole: a reply is what its schema reads, to the last byte.
             correlation_id, body = framing.read_response(payload, schema)
         except Exception as error:  # kio raises assorted errors on malformed input
-            if api_key == API_VERSIONS:
+            if api_key == API_VERSIONS and _error_code(payload) == ErrorCode.unsupported_version:
                 # An UNSUPPORTED_VERSION answer comes in v0 (KIP-511): pass it on as is.
                 return payload
             raise framing.FrameError(f"unreadable reply of API key {api_key}: {error}") from None
         if api_key == API_VERSIONS:
             body = self._merge_versions(body, coordinator_port)
         elif api_key == METADATA:
-            brokers = [await self._local(b, b.node_id) for b in body.brokers]
-            brokers += self._coordinator_node(brokers, "node_id")
+            brokers = await self._local_nodes(body.brokers, "node_id")
+            brokers += self._coordinator_node(body.brokers, brokers, "node_id")
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == DESCRIBE_CLUSTER:
-            brokers = [await self._local(b, b.broker_id) for b in body.brokers]
-            brokers += self._coordinator_node(brokers, "broker_id")
+            brokers = await self._local_nodes(body.brokers, "broker_id")
+            brokers += self._coordinator_node(body.brokers, brokers, "broker_id")
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == FIND_COORDINATOR:
             body = await self._find_coordinator(body, version, key_type, keys, coordinator_port)
@@ -457,34 +611,118 @@ class Gateway:
             self._versions_replies[cache_key] = rewritten[_CORRELATION.size :]
         return rewritten
 
-    def _coordinator_node(self, brokers: list[Any], id_field: str) -> list[Any]:
+    def _coordinator_node(self, nodes: Any, brokers: list[Any], id_field: str) -> list[Any]:
         """The coordinator (at the coordinator port) and each other coordinator seen so far
-        (at its peer port) as nodes of a Metadata or DescribeCluster reply, unless a broker
-        already has the id. FindCoordinator names these nodes; a client that does not find
-        one among the cluster's nodes drops its coordinator connection at each metadata
-        refresh (librdkafka closes it as a "nodename change" after every JoinGroup). They
-        lead no partition and none is the controller: the brokers' partitions and controller
-        id are the brokers' own."""
-        nodes = [(self.config.coordinator_node_id, self.port)]
-        nodes += [(peer.node_id, peer.port) for peer in self._peers.values()]
+        (at its peer port) as nodes of a Metadata or DescribeCluster reply (of ``nodes``, the
+        reply's), unless one of ``brokers`` already has the id. FindCoordinator names these
+        nodes; a client that does not find one among the cluster's nodes drops its
+        coordinator connection at each metadata refresh (librdkafka closes it as a "nodename
+        change" after every JoinGroup). They lead no partition and none is the controller:
+        the brokers' partitions and controller id are the brokers' own."""
+        local = [(self.config.coordinator_node_id, self.port)]
+        local += [(peer.node_id, peer.port) for peer in self._peers.values()]
         taken = {int(getattr(b, id_field)) for b in brokers}
-        if not brokers:
+        if not nodes:
             return []
         return [
             _replace(
-                brokers[0],
+                nodes[0],
                 {id_field: i32(node_id), "host": self.config.host, "port": i32(port), "rack": None},
             )
-            for node_id, port in nodes
+            for node_id, port in local
             if node_id not in taken
         ]
 
-    async def _local(self, node: Any, node_id: int) -> Any:
-        """``node`` (a broker of a reply) with the address of its local port."""
-        broker = await self._broker(int(node_id), (str(node.host), int(node.port)))
-        return dataclasses.replace(node, host=self.config.host, port=i32(broker.port))
+    async def _local_nodes(self, nodes: Any, id_field: str) -> list[Any]:
+        """The brokers of a reply that the gateway's own Metadata confirms, each with the
+        address of its local port; the others are left out."""
+        local = []
+        for node in nodes:
+            node_id, address = int(getattr(node, id_field)), (str(node.host), int(node.port))
+            broker = await self._confirmed(node_id, address)
+            if broker is not None:
+                local.append(
+                    dataclasses.replace(node, host=self.config.host, port=i32(broker.port))
+                )
+        return local
+
+    async def _confirmed(self, node_id: int, address: tuple[str, int]) -> _Broker | None:
+        """The port of broker ``node_id`` at ``address`` (opened on first use) if the
+        gateway's own Metadata names that broker there; ``None`` if it does not: such a
+        node is never connected to, whoever named it.
+
+        The brokers are asked again when a reply names a broker they did not (a broker
+        joined or moved), at most once per ``_CLUSTER_REFRESH_S``."""
+        if self._cluster.get(node_id) != address:
+            asked = time.monotonic()
+            async with self._cluster_lock:
+                # Not again if another reply's check refreshed the view meanwhile, or lately.
+                if asked - self._cluster_asked >= _CLUSTER_REFRESH_S:
+                    await self._refresh_cluster()
+            if self._cluster.get(node_id) != address:
+                now = time.monotonic()
+                if now - self._unconfirmed_logged >= 10.0:
+                    self._unconfirmed_logged = now
+                    logger.warning(
+                        "a reply names broker %s at %s:%s, which the brokers' own metadata "
+                        "does not: left out of the reply",
+                        node_id,
+                        *address,
+                    )
+                return None
+        return await self._broker(node_id, address)
+
+    async def _refresh_cluster(self) -> None:
+        """The brokers, as a Metadata request of the gateway's own to the bootstrap servers
+        answers (on a connection kept for it); ports already open follow a moved broker."""
+        self._cluster_asked = time.monotonic()
+        try:
+            if self._cluster_link is None:
+                self._cluster_link = await self._connect_cluster()
+            reader, writer, version = self._cluster_link
+            self._cluster_calls += 1
+            reply = await asyncio.wait_for(
+                connection.call(reader, writer, _metadata_request(version), self._cluster_calls),
+                10.0,
+            )
+        except Exception as error:  # unreachable, refused, or a reply kio cannot read
+            logger.warning("cannot ask the brokers for their nodes: %s", error)
+            if self._cluster_link is not None:
+                await _close(self._cluster_link[1])
+                self._cluster_link = None
+            return
+        self._cluster = {int(b.node_id): (str(b.host), int(b.port)) for b in reply.brokers}
+        for node_id, broker in self._brokers.items():
+            address = self._cluster.get(node_id)
+            if address is not None and address != broker.address:
+                logger.info("broker %s moved to %s:%s", node_id, *address)
+                broker.address = address  # new connections go there
+
+    async def _connect_cluster(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+        """The gateway's own connection to a bootstrap server, and the Metadata version it
+        asks with (ApiVersions v0, which every broker answers)."""
+        reader, writer = await self._connect_bootstrap()
+        try:
+            versions = await asyncio.wait_for(
+                connection.call(reader, writer, ApiVersionsV0Request(), 0), 10.0
+            )
+            if versions.error_code != ErrorCode.none:
+                raise UpstreamError(f"ApiVersions: {versions.error_code.name.upper()}")
+            ranges = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
+            }
+            low, high = ranges.get(METADATA, (0, -1))
+            version = min(high, _REWRITTEN_MAX[METADATA])
+            if version < max(low, 1):
+                raise UpstreamError(f"no Metadata version in common (the broker's: {low}-{high})")
+        except BaseException:
+            await _close(writer)
+            raise
+        return reader, writer, version
 
     async def _broker(self, node_id: int, address: tuple[str, int]) -> _Broker:
+        """The local port of broker ``node_id``, opened on first use; its connections go to
+        ``address`` (from the gateway's own Metadata) from now on."""
         async with self._broker_lock:
             broker = self._brokers.get(node_id)
             if broker is None:
@@ -523,7 +761,10 @@ class Gateway:
                 return (*await self._coordinator_local(owner), ErrorCode.none)
             if error != ErrorCode.none:
                 return (node_id, host, port, error)
-            broker = await self._broker(node_id, (host, port))
+            # A transaction (or share) coordinator: a broker the gateway's own Metadata names.
+            broker = await self._confirmed(node_id, (host, port))
+            if broker is None:
+                return (-1, "", -1, ErrorCode.coordinator_not_available)
             return (node_id, self.config.host, broker.port, error)
 
         if version < 4:
@@ -577,7 +818,7 @@ class Gateway:
                     lambda r, w: self._serve_peer_port(address, r, w),
                     self.config.host,
                     0,
-                    limit=STREAM_LIMIT,
+                    limit=_COORDINATOR_STREAM_LIMIT,
                 )
                 node_id = self.config.coordinator_node_id + 1 + len(self._peers)
                 peer = self._peers[address] = _PeerCoordinator(node_id, address, server)
@@ -651,9 +892,11 @@ def _kio_max_version(api_key: int) -> int:
     return version
 
 
-# The highest version of each rewritten reply that kio reads.
+# The highest version of each rewritten reply that kio reads (ListGroups: the broker ports
+# answer it themselves).
 _REWRITTEN_MAX = {
-    api_key: _kio_max_version(api_key) for api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER)
+    api_key: _kio_max_version(api_key)
+    for api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, LIST_GROUPS)
 }
 
 
@@ -662,8 +905,45 @@ def _replace(body: Any, fields: Mapping[str, Any]) -> Any:
     return dataclasses.replace(body, **{k: v for k, v in fields.items() if k in names})
 
 
-# The request header's fixed part: api key, api version, correlation id.
-_REQUEST_HEAD = 8
+def _error_code(payload: bytes) -> int | None:
+    """The int16 after a reply's correlation id (ApiVersions' error code)."""
+    if len(payload) < _CORRELATION.size + 2:
+        return None
+    return int.from_bytes(payload[_CORRELATION.size : _CORRELATION.size + 2], "big", signed=True)
+
+
+def _metadata_request(version: int) -> Any:
+    """A Metadata request of ``version`` for no topic: the brokers only."""
+    schema = framing.request_type(METADATA, version)
+    assert schema is not None
+    return schema(
+        **{
+            name: value
+            for name, value in {
+                "topics": (),
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            }.items()
+            if name in {f.name for f in dataclasses.fields(schema)}
+        }
+    )
+
+
+def _no_groups(version: int, correlation_id: int) -> bytes:
+    """A framed ListGroups reply of ``version`` listing no group: a broker port's answer.
+
+    Through the gateway every group's coordinator is the coordinator (FindCoordinator names
+    it whichever node is asked), and a client lists groups by asking every node of the
+    cluster, the coordinator's node included: so the coordinator's list, of what the
+    gateway's group may see, is the listing. A broker's own list would add the brokers'
+    mirrored copies of the coordinator's groups (classic, state unknown: the group twice)
+    and every other tenant's, which the client could neither describe nor join."""
+    schema = framing.response_type(LIST_GROUPS, version)
+    fields = {"throttle_time": datetime.timedelta(0), "error_code": ErrorCode.none, "groups": ()}
+    names = {f.name for f in dataclasses.fields(schema)}
+    body = schema(**{name: value for name, value in fields.items() if name in names})
+    return framing.encode_response(LIST_GROUPS, version, correlation_id, body)
 
 
 async def _first_to_end(*pumps: Any) -> None:
@@ -733,7 +1013,7 @@ class _Lane:
 
 # --- the broker ports -------------------------------------------------------------------
 
-# The requests whose replies a broker port rewrites.
+# The requests whose replies the gateway rewrites (on every port).
 _REWRITTEN = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINATOR})
 # Flow control on the broker ports: a transport holding more than this toward a side that
 # reads slower than the other side sends (a client behind its broker's Fetch replies) stops
@@ -741,23 +1021,64 @@ _REWRITTEN = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, FIND_COORDINAT
 # buffers; high enough that a client keeping up never makes the gateway pause its broker.
 _WRITE_HIGH = 1024 * 1024
 _WRITE_LOW = 256 * 1024
+# How a frame on a broker port goes: its bytes pass on as they come, or it is gathered whole
+# (to be read, then forwarded or rewritten), or its bytes are dropped as they come (a reply
+# the gateway answers itself).
+_PASS, _GATHER, _DROP = range(3)
+
+
+@dataclass(slots=True)
+class _Outstanding:
+    """A request on a broker port awaiting its reply: its correlation id, and what its reply
+    needs to be rewritten (``None``: it passes as it is)."""
+
+    correlation_id: int
+    entry: _Pending | None
+    # A Produce request with acks=0: Kafka's broker sends no reply, but one that does (tansu)
+    # is matched too.
+    optional: bool = False
+    # An optional request given up (too many outstanding): a reply to it matches no more.
+    forgotten: bool = False
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past a port's limit: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
 
 
 class _BrokerConnection:
     """A client's connection to a broker port and the gateway's connection to that broker,
     each side a ``_Frames`` forwarding what it receives to the other side's transport.
     ``start`` runs the gateway's part (connecting to the broker, then ``run``) once the client
-    is connected; its first failure or either side's end ends both (``end``)."""
+    is connected; its first failure or either side's end ends both (``end``).
+
+    Replies are matched to requests in order, as a Kafka broker answers a connection's
+    requests one at a time in the order they came (its ``RequestChannel`` mutes the
+    connection until the reply is sent), never by correlation id alone, which the client
+    chooses: every request is noted in ``outstanding``, in order, the ones that pass through
+    undecoded included. A Produce request with acks=0 expects no reply (Kafka's broker sends
+    none, and its ``NetworkClient`` expects none); a broker that answers one anyway (tansu
+    does) is matched too, in its place, and a later reply means none is coming. A reply
+    whose correlation id is not the oldest outstanding request's (past those acks=0 ones),
+    or a request reusing the correlation id of one outstanding, ends the connection: a reply
+    is never read as another request's."""
 
     def __init__(
         self, config: GatewayConfig, start: Callable[[_BrokerConnection], asyncio.Future[None]]
     ) -> None:
-        self.pending: dict[int, _Pending] = {}
+        self.config = config
+        self.outstanding: collections.deque[_Outstanding] = collections.deque()
+        self.outstanding_ids: set[int] = set()
+        # The optional ones among them (not forgotten), oldest first; how many others.
+        self.optional: collections.deque[_Outstanding] = collections.deque()
+        self.awaited = 0
         self.client = _Requests(self, config.max_request_bytes)
         self.upstream = _Replies(self, config.max_response_bytes)
         self.client.other, self.upstream.other = self.upstream, self.client
         self.tasks: set[asyncio.Future[None]] = set()
-        self.entry: Callable[[framing.RequestHeader, bytes], _Pending]
+        self.entry: Callable[[framing.RequestHeader, bytes | None], _Pending]
         self.rewrite: Callable[[bytes, _Pending], Awaitable[bytes]]
         self._start = start
         self._task: asyncio.Future[None] | None = None
@@ -769,7 +1090,7 @@ class _BrokerConnection:
     async def run(
         self,
         transport: asyncio.BaseTransport,
-        entry: Callable[[framing.RequestHeader, bytes], _Pending],
+        entry: Callable[[framing.RequestHeader, bytes | None], _Pending],
         rewrite: Callable[[bytes, _Pending], Awaitable[bytes]],
     ) -> None:
         """Forward between the client and ``transport`` (the broker's, handshakes done) until
@@ -779,6 +1100,57 @@ class _BrokerConnection:
         self.upstream.attach(transport)
         self.client.release("upstream")
         await self._done
+
+    def expect(
+        self, correlation_id: int, entry: _Pending | None, *, optional: bool = False
+    ) -> _Outstanding:
+        """Note a request forwarded to the broker (``optional``: one it need not answer)."""
+        if correlation_id in self.outstanding_ids:
+            raise framing.FrameError(
+                f"correlation id {correlation_id} reused while its request awaits its reply"
+            )
+        request = _Outstanding(correlation_id, entry, optional)
+        self.outstanding.append(request)
+        self.outstanding_ids.add(correlation_id)
+        if not optional:
+            self.awaited += 1
+            if self.awaited >= _MAX_OUTSTANDING:
+                self.client.pause("in flight")
+            return request
+        self.optional.append(request)
+        if len(self.optional) > _MAX_OUTSTANDING:
+            # A producer sending acks=0 to a broker that never answers them: not tracked for
+            # ever. A reply to one given up would close the connection.
+            given_up = self.optional.popleft()
+            given_up.forgotten = True
+            self.outstanding_ids.discard(given_up.correlation_id)
+            while self.outstanding and self.outstanding[0].forgotten:
+                self.outstanding.popleft()
+        return request
+
+    def answered(self, correlation_id: int) -> _Outstanding:
+        """The request a reply with ``correlation_id`` answers: the oldest outstanding, past
+        the acks=0 Produce requests before it that it does not answer."""
+        while self.outstanding:
+            oldest = self.outstanding.popleft()
+            if oldest.forgotten:
+                continue
+            self.outstanding_ids.discard(oldest.correlation_id)
+            if oldest.optional:
+                self.optional.popleft()  # the oldest of them
+                if oldest.correlation_id == correlation_id:
+                    return oldest
+                continue  # never answered, as Kafka's broker does
+            self.awaited -= 1
+            if self.awaited < _MAX_OUTSTANDING:
+                self.client.resume("in flight")
+            if correlation_id != oldest.correlation_id:
+                raise framing.FrameError(
+                    f"reply {correlation_id} while the oldest request awaiting one is "
+                    f"{oldest.correlation_id}"
+                )
+            return oldest
+        raise framing.FrameError(f"a reply ({correlation_id}) to no request")
 
     @property
     def ended(self) -> bool:
@@ -806,12 +1178,14 @@ class _BrokerConnection:
 class _Frames(asyncio.Protocol):
     """One side of a broker port's connection: what its transport receives is cut into
     frames as it arrives and written to the other side's transport. Only each frame's size
-    and first bytes are looked at, and a frame passes on as its bytes come (a Fetch reply of
-    several MB reaches the client while the broker is still sending it), in the pieces the
-    transport hands over. A frame that ``claim`` takes instead (a request or reply of an API
-    the gateway rewrites) is gathered whole and given to ``whole``; while ``whole``'s answer
-    is awaited (a rewritten reply), this side is not read and what follows waits, so that
-    frames keep their order."""
+    and first bytes are looked at (``decide``), and a frame passes on as its bytes come (a
+    Fetch reply of several MB reaches the client while the broker is still sending it), in
+    the pieces the transport hands over; nothing of it is kept. A frame ``decide`` gathers
+    instead (a request or reply the gateway reads, at most ``max_gathered_bytes``, or
+    ``max_metadata_reply_bytes`` for a Metadata reply) is given whole to ``whole``; one it
+    drops is not kept either, and ``whole`` gets ``None`` at its end. While ``whole``'s
+    answer is awaited (a rewritten reply), this side is not read and what follows waits, so
+    that frames keep their order."""
 
     other: _Frames
 
@@ -820,16 +1194,18 @@ class _Frames(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         # Where frames go: the other side's transport.
         self._sink: asyncio.Transport
-        # The bytes of a frame's start that ``claim`` needs (after the size).
+        # The bytes of a frame's start that ``decide`` needs at least (after the size).
         self._head = head
         self._max_bytes = max_bytes
-        # The current frame: its bytes not received yet, and whether they pass on as they
-        # come or are gathered in _payload.
+        # The current frame: its bytes not received yet, how they go, and (gathered) those
+        # received.
         self._remaining = 0
-        self._passing = True
+        self._mode = _PASS
         self._payload = bytearray()
-        # The start of a frame too short yet to decide on.
-        self._partial = b""
+        # The start of a frame too short yet to decide on, and how long it must get (from
+        # its size prefix on) before ``decide`` is asked again.
+        self._partial = bytearray()
+        self._need = 0
         # What arrived while this side waits (for the broker's connection, or for a reply
         # being rewritten), fed on once the wait is over.
         self._held: bytearray | None = None
@@ -838,14 +1214,15 @@ class _Frames(asyncio.Protocol):
 
     # -- what a side decides (``_Requests``, ``_Replies``) -----------------------------
 
-    def claim(self, data: bytes, start: int) -> bool:
-        """Whether the frame at ``start`` (its size, then at least ``head`` bytes) is
-        gathered whole rather than passed on."""
+    def decide(self, data: bytes, start: int, end: int, size: int) -> int | None:
+        """How the frame at ``data[start]`` (its size prefix, ``size``, then at least
+        ``head`` bytes; what has arrived ends at ``end``) goes: ``_PASS``, ``_GATHER`` or
+        ``_DROP``; or ``None`` until ``self._need`` bytes of it have arrived."""
         raise NotImplementedError
 
-    def whole(self, payload: bytes) -> Awaitable[bytes] | None:
-        """A claimed frame's payload: forward it (``None``), or what to await for the
-        payload to forward in its place."""
+    def whole(self, payload: bytes | None) -> Awaitable[bytes] | None:
+        """A gathered frame's payload (``None`` for a dropped one): forwarded (or answered)
+        here (``None``), or what to await for the payload to forward in its place."""
         raise NotImplementedError
 
     # -- the transport's side ----------------------------------------------------------
@@ -891,7 +1268,7 @@ class _Frames(asyncio.Protocol):
             if self._paused and self.transport is not None:
                 self.transport.pause_reading()
             return
-        if self._passing and self._remaining >= len(data):
+        if self._mode == _PASS and self._remaining >= len(data):
             # Inside a frame that passes on: by far the most bytes, handed on as they are.
             self._remaining -= len(data)
             self._sink.write(data)
@@ -903,47 +1280,59 @@ class _Frames(asyncio.Protocol):
 
     def _feed(self, data: bytes) -> None:
         if self._partial:
-            data, self._partial = self._partial + data, b""
+            self._partial += data
+            if len(self._partial) < self._need:
+                return
+            data, self._partial = bytes(self._partial), bytearray()
         view = memoryview(data)
-        size_head = 4 + self._head
         end = len(data)
-        # data[forward:at] passes on in one write: the frames of this piece that pass (not
-        # the rest of a frame being gathered).
-        at, forward = 0, 0 if self._passing else self._remaining
+        # data[run:at] passes on in one write: the bytes of this piece from frames that pass.
+        at = run = 0
         while at < end:
             if self._remaining:
                 take = min(self._remaining, end - at)
-                if not self._passing:
+                if self._mode == _GATHER:
                     self._payload += view[at : at + take]
                 at += take
                 self._remaining -= take
-                if self._remaining or self._passing:
+                if self._mode == _PASS:
                     continue
-                payload, self._payload = bytes(self._payload), bytearray()
-                forward = at
+                run = at
+                if self._remaining:
+                    continue
+                payload = bytes(self._payload) if self._mode == _GATHER else None
+                self._payload, self._mode = bytearray(), _PASS
                 waiting = self.whole(payload)
                 if waiting is not None:
                     self._wait(waiting, data[at:])
                     return
                 continue
-            if end - at < size_head:
+            if end - at < 4 + self._head:
                 if end - at >= 4:
                     self._size(data, at)  # a bad size ends the connection without waiting
-                self._partial = data[at:]
+                self._hold(data, at, 4 + self._head)
                 break
             size = self._size(data, at)
-            if self.claim(data, at):
-                if forward < at:
-                    self._sink.write(view[forward:at])
-                self._passing = False
-                at += 4
-                self._remaining = size
-                forward = at + size
-            else:
-                self._passing = True
-                self._remaining = size + 4
-        if forward < at:
-            self._sink.write(view[forward:at])
+            mode = self.decide(data, at, end, size)
+            if mode is None:
+                self._hold(data, at, self._need)
+                break
+            if mode == _PASS:
+                self._remaining = 4 + size
+                continue
+            if run < at:
+                self._sink.write(view[run:at])
+            self._mode = mode
+            at += 4
+            self._remaining = size
+            run = at
+        if run < at:
+            self._sink.write(view[run:at])
+
+    def _hold(self, data: bytes, start: int, need: int) -> None:
+        """Keep the start of a frame until ``need`` bytes of it (from its size on) came."""
+        self._partial = bytearray(data[start:])
+        self._need = need
 
     def _size(self, data: bytes, start: int) -> int:
         size = int.from_bytes(data[start : start + 4], "big", signed=True)
@@ -952,6 +1341,12 @@ class _Frames(asyncio.Protocol):
                 f"frame of {size} bytes (from {self._head} to {self._max_bytes})"
             )
         return size
+
+    def _gathered(self, size: int, limit: int, what: str) -> int:
+        """``_GATHER``, for a frame no larger than ``limit``."""
+        if size > limit:
+            raise framing.FrameTooLarge(f"{what} of {size} bytes (the limit is {limit})")
+        return _GATHER
 
     def _wait(self, waiting: Awaitable[bytes], rest: bytes) -> None:
         self._held = bytearray(rest)
@@ -1006,44 +1401,142 @@ class _Frames(asyncio.Protocol):
 
 
 class _Requests(_Frames):
-    """The client's side: requests of the rewritten APIs are gathered whole, to note what
-    their reply needs (``connection.pending``) before they are forwarded."""
+    """The client's side: every request expecting a reply is noted (``expect``) as it
+    passes; a FindCoordinator request is gathered whole, its keys being what its reply
+    needs."""
 
     def __init__(self, connection: _BrokerConnection, max_bytes: int) -> None:
-        super().__init__(connection, _REQUEST_HEAD, max_bytes)
+        super().__init__(connection, _FIXED_HEADER.size, max_bytes)
         # Held until the broker is connected: there is nowhere to forward to before.
         self._held = bytearray()
         self.pause("upstream")
+        self._gathering: _Outstanding | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.connection.started()
 
-    def claim(self, data: bytes, start: int) -> bool:
-        api_key = int.from_bytes(data[start + 4 : start + 6], "big", signed=True)
-        return api_key in _REWRITTEN
+    def decide(self, data: bytes, start: int, end: int, size: int) -> int | None:
+        api_key, version, correlation_id = _FIXED_HEADER.unpack_from(data, start + 4)
+        if api_key == PRODUCE:
+            try:
+                acks = _produce_acks(data, start, end, size)
+            except _NeedMore as more:
+                self._need = more.size
+                return None
+            if acks == 0:
+                self.connection.expect(correlation_id, None, optional=True)
+                return _PASS
+        elif api_key == LIST_GROUPS and framing.request_type(LIST_GROUPS, version) is None:
+            raise framing.FrameError(f"ListGroups v{version}, which the gateway cannot answer")
+        entry: _Pending | None = None
+        if api_key in _REWRITTEN or api_key == LIST_GROUPS:
+            entry = (api_key, version, GROUP_KEY_TYPE, ())
+        request = self.connection.expect(correlation_id, entry)
+        if api_key == FIND_COORDINATOR:
+            self._gathering = request
+            return self._gathered(size, self.connection.config.max_gathered_bytes, "request")
+        return _PASS
 
-    def whole(self, payload: bytes) -> None:
+    def whole(self, payload: bytes | None) -> None:
+        assert payload is not None
+        assert self._gathering is not None
         header = framing.peek_request_header(payload)
-        self.connection.pending[header.correlation_id] = self.connection.entry(header, payload)
+        self._gathering.entry = self.connection.entry(header, payload)
+        self._gathering = None
         self._sink.write(len(payload).to_bytes(4, "big"))
         self._sink.write(payload)
         return None
 
 
 class _Replies(_Frames):
-    """The broker's side: replies to the requests in ``connection.pending`` are gathered
-    whole and rewritten; the others pass on."""
+    """The broker's side: each reply answers the oldest outstanding request; the replies to
+    the requests the gateway rewrites are gathered whole and rewritten, a ListGroups reply
+    is dropped and answered with no group (``_no_groups``), the others pass on."""
 
     def __init__(self, connection: _BrokerConnection, max_bytes: int) -> None:
         super().__init__(connection, _CORRELATION.size, max_bytes)
-        self._entry: _Pending | None = None
+        self._answered: _Outstanding | None = None
 
-    def claim(self, data: bytes, start: int) -> bool:
-        correlation_id = int.from_bytes(data[start + 4 : start + 8], "big", signed=True)
-        self._entry = self.connection.pending.pop(correlation_id, None)
-        return self._entry is not None
+    def decide(self, data: bytes, start: int, end: int, size: int) -> int:
+        (correlation_id,) = _CORRELATION.unpack_from(data, start + 4)
+        request = self._answered = self.connection.answered(correlation_id)
+        if request.entry is None:
+            return _PASS
+        if request.entry[0] == LIST_GROUPS:
+            return _DROP
+        config = self.connection.config
+        if request.entry[0] == METADATA:
+            return self._gathered(size, config.max_metadata_reply_bytes, "Metadata reply")
+        return self._gathered(size, config.max_gathered_bytes, "reply")
 
-    def whole(self, payload: bytes) -> Awaitable[bytes]:
-        assert self._entry is not None
-        return self.connection.rewrite(payload, self._entry)
+    def whole(self, payload: bytes | None) -> Awaitable[bytes] | None:
+        request = self._answered
+        assert request is not None
+        assert request.entry is not None
+        if payload is None:
+            self._sink.write(_no_groups(request.entry[1], request.correlation_id))
+            return None
+        return self.connection.rewrite(payload, request.entry)
+
+
+class _NeedMore(Exception):
+    """More of a frame's start is needed: ``size`` bytes of it, from its size prefix on."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _produce_acks(data: bytes, start: int, end: int, size: int) -> int:
+    """The acks of the Produce request framed at ``data[start]`` (``end``: where what has
+    arrived ends; ``size``: the frame's), as Kafka's broker reads it: request header v1
+    (client id) or, from v9, v2 (then tagged fields); from v3 the transactional id (a compact
+    string from v9); then acks. ``_NeedMore`` until enough of the frame has come;
+    ``FrameError`` when the frame ends first or acks come later than ``_PRODUCE_HEAD_MAX``."""
+    frame_end = start + 4 + size
+    at = start + 4 + _FIXED_HEADER.size
+    version = int.from_bytes(data[start + 6 : start + 8], "big", signed=True)
+
+    def take(count: int) -> int:
+        nonlocal at
+        if count < 0 or at + count > frame_end:
+            raise framing.FrameError("a Produce request that ends before its acks")
+        if at + count - start > 4 + _PRODUCE_HEAD_MAX:
+            raise framing.FrameError(f"a Produce request's acks after {_PRODUCE_HEAD_MAX} bytes")
+        if at + count > end:
+            raise _NeedMore(at + count - start)
+        at += count
+        return at - count
+
+    def int16() -> int:
+        offset = take(2)
+        return int.from_bytes(data[offset : offset + 2], "big", signed=True)
+
+    def uvarint() -> int:
+        value = 0
+        for shift in range(0, 35, 7):
+            byte = data[take(1)]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+        raise framing.FrameError("a varint of more than 5 bytes in a Produce request")
+
+    flexible = version >= 9
+    client_id = int16()
+    if client_id < -1:
+        raise framing.FrameError(f"a client id of length {client_id}")
+    take(max(client_id, 0))
+    if flexible:
+        for _ in range(uvarint()):  # the header's tagged fields
+            uvarint()
+            take(uvarint())
+    if version >= 3:  # the transactional id
+        if flexible:
+            take(max(uvarint() - 1, 0))
+        else:
+            length = int16()
+            if length < -1:
+                raise framing.FrameError(f"a transactional id of length {length}")
+            take(max(length, 0))
+    return int16()
