@@ -12,6 +12,7 @@ FindCoordinator with such a body closes that client's connection, not the gatewa
 from __future__ import annotations
 
 import asyncio
+import collections
 import re
 import time
 from dataclasses import dataclass
@@ -70,12 +71,15 @@ async def refused(port: int, frame: bytes, group: str | None = None) -> int:
         await connection.close()
 
 
-async def logged_once_each(process: served.Served, ports: list[int], bound_s: float = 30) -> None:
-    """The listener logged exactly one closing line for each of these connections."""
+async def logged_once_each(
+    process: served.Served, ports: list[int], since: int, bound_s: float = 30
+) -> None:
+    """The listener logged exactly one closing line for each of these connections, in its log
+    after offset ``since`` (an earlier test's connection may have had the same local port)."""
     deadline = time.monotonic() + bound_s
     while True:
         closing = re.findall(
-            r"closing the connection of 127\.0\.0\.1:(\d+): (.*)", process.log_text()
+            r"closing the connection of 127\.0\.0\.1:(\d+): (.*)", process.log_text()[since:]
         )
         counts: dict[int, int] = {}
         for port, _reason in closing:
@@ -85,7 +89,9 @@ async def logged_once_each(process: served.Served, ports: list[int], bound_s: fl
             break
         await asyncio.sleep(0.2)
     assert not missing, f"{len(missing)} connections closed without a reason logged"
-    assert all(counts[port] == 1 for port in ports)
+    # Exactly one line per connection: a local port the system handed out twice during the
+    # test is logged twice.
+    assert counts == collections.Counter(ports)
 
 
 def valid_request(schema: type[Any]) -> bytes:
@@ -116,9 +122,16 @@ async def test_every_routed_version_and_depth_is_covered() -> None:
         for route in routes.ROUTES.values()
         for version in range(route.min_version, route.max_version + 1)
     }
+    translated = {
+        (route.api_key, version)
+        for route in routes.ROUTES.values()
+        for version in route.translations
+    }
     # Only versions whose body has no length or count at all: ApiVersions v0-v2 and
-    # ListGroups v0-v2 (empty bodies).
-    assert routed - covered == {(18, 0), (18, 1), (18, 2), (16, 0), (16, 1), (16, 2)}
+    # ListGroups v0-v2 (empty bodies); and the versions kio has no schema of, read by the
+    # listener's own bounded reader (test_old_versions sends them counts beyond the frame).
+    assert routed - covered == {(18, 0), (18, 1), (18, 2), (16, 0), (16, 1), (16, 2)} | translated
+    assert translated == {(8, 0), (8, 1), (9, 0)}
     assert len(ROUTED) > 400
     # The frame of the report: ListGroups v5 whose states_filter declares 2^32-2 elements.
     (report,) = [
@@ -128,17 +141,19 @@ async def test_every_routed_version_and_depth_is_covered() -> None:
 
 
 async def test_the_listener_closes_each_without_authentication(hostile_stack: served.Stack) -> None:
+    since = len(hostile_stack.coordinator.log_text())
     ports = [await refused(hostile_stack.coordinator.port, case.frame) for case in ROUTED]
-    await logged_once_each(hostile_stack.coordinator, ports)
+    await logged_once_each(hostile_stack.coordinator, ports, since)
     await hostile_stack.still_serving()
 
 
 async def test_the_listener_closes_each_after_authentication(hostile_stack: served.Stack) -> None:
+    since = len(hostile_stack.coordinator.log_text())
     ports = [
         await refused(hostile_stack.coordinator.port, case.frame, served.TENANT) for case in ROUTED
     ]
-    await logged_once_each(hostile_stack.coordinator, ports)
-    log = hostile_stack.coordinator.log_text()
+    await logged_once_each(hostile_stack.coordinator, ports, since)
+    log = hostile_stack.coordinator.log_text()[since:]
     # The reason names the field, e.g. the frame that once aborted the process:
     assert "ListGroupsRequest v5: ListGroupsRequest.states_filter: 4294967294 elements" in log
     await hostile_stack.still_serving()
@@ -160,14 +175,9 @@ async def test_the_gateway_closes_each_client_whose_broker_replies_hostile(
         connection = await Connection.open(hostile_stack.evil_gateway.port)
         try:
             await connection.send_raw(frames.request_frame(request, valid_request(request), index))
-            if schema.__api_key__ == framing.API_VERSIONS_KEY:
-                # An unreadable ApiVersions reply is passed on as it came (a broker's
-                # UNSUPPORTED_VERSION answer is v0 whatever was asked): the gateway never
-                # decodes past the check, and the client sees the broker's bytes.
-                payload = await connection.read_raw()
-                assert payload == frames.response_payload(schema, body, index), where
-            else:
-                assert await connection.closed_by_peer(), f"{schema.__name__} {where} answered"
+            # Closed, ApiVersions included: only a broker's UNSUPPORTED_VERSION answer (v0
+            # whatever was asked) passes unread, and these bodies carry no error code.
+            assert await connection.closed_by_peer(), f"{schema.__name__} {where} answered"
         finally:
             await connection.close()
     await hostile_stack.still_serving()

@@ -179,6 +179,11 @@ async def test_a_classic_member_commits_with_v1_and_v0_is_refused_while_it_is_ac
     "body",
     [
         pytest.param(string("g") + struct.pack(">i", 2**31 - 2), id="a count beyond the frame"),
+        pytest.param(
+            string("g") + struct.pack(">i", 1) + string("t") + struct.pack(">i", 2**31 - 2),
+            id="a nested count beyond the frame",
+        ),
+        pytest.param(string("g") + struct.pack(">i", 1) + b"\x7f\xff", id="a string beyond"),
         pytest.param(string("g") + struct.pack(">i", 1) + string("t"), id="cut short"),
         pytest.param(string("g") + struct.pack(">i", -1), id="null topics"),
         pytest.param(string("g") + struct.pack(">i", 0) + b"\0", id="a byte after the request"),
