@@ -7,6 +7,7 @@ Memory given back after large frames is measured on a real process (``test_frame
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRe
 
 from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.protocol import dispatch, routes
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.wire import framing
@@ -248,3 +250,55 @@ async def test_the_largest_request_leaves_the_loop_free_for_others(
             await probe.close()
     finally:
         process.stop()
+
+
+async def test_a_client_pipelining_requests_lets_the_event_loop_run_between_them(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """Requests already buffered are read without waiting, and a cheap one is answered without
+    waiting either: a client that pipelines thousands would hold the event loop (every other
+    client's heartbeats, and the stop on SIGTERM) until the last. The listener yields every
+    ``YIELD_EVERY`` requests; counted in requests served between two turns of the loop, so
+    the machine's speed does not matter."""
+    served_calls = [0]
+    api_versions = routes.ROUTES[framing.API_VERSIONS_KEY]
+
+    async def counted(context: dispatch.RequestContext, body: object) -> object:
+        served_calls[0] += 1
+        return await api_versions.handler(context, body)
+
+    table = {
+        **routes.ROUTES,
+        api_versions.api_key: dataclasses.replace(api_versions, handler=counted),
+    }
+    listener = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0), table=table
+    )
+    await listener.start()
+    requests = 5_000
+    most_between_turns = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal most_between_turns
+        seen = served_calls[0]
+        while not stop.is_set():
+            await asyncio.sleep(0)
+            most_between_turns = max(most_between_turns, served_calls[0] - seen)
+            seen = served_calls[0]
+
+    connection = await Connection.open(listener.port)
+    ticking = asyncio.create_task(ticker())
+    try:
+        connection.writer.write(
+            b"".join(framing.encode_request(api_versions_v3(), n) for n in range(requests))
+        )
+        for _ in range(requests):
+            assert await connection.read_raw() is not None
+    finally:
+        stop.set()
+        await ticking
+        await connection.close()
+        await listener.stop()
+    assert served_calls[0] == requests
+    assert most_between_turns <= protocol_listener.YIELD_EVERY

@@ -61,6 +61,12 @@ from kafka_group_operator.wire import framing
 
 logger = logging.getLogger(__name__)
 
+# A connection's requests served in a row before the listener lets the event loop run: frames
+# already buffered are read without waiting and a cheap request is answered without waiting,
+# so a client pipelining thousands would otherwise hold every other connection (and a stop)
+# until its last. A turn of the loop costs a few microseconds: one in 16 requests is noise.
+YIELD_EVERY = 16
+
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 # Kafka's sasl.server.max.receive.size default: the largest frame before authentication.
@@ -208,6 +214,7 @@ class Listener:
         authenticating = self._services.token_store is not None
         authenticate_by = time.monotonic() + config.authentication_timeout_s
         try:
+            served = 0
             while True:
                 if authenticating and session.principal is None:
                     max_bytes = min(config.max_frame_bytes, config.max_unauthenticated_frame_bytes)
@@ -233,6 +240,9 @@ class Listener:
                     await writer.drain()
                 if session.close_after_response:
                     break
+                served += 1
+                if served % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
         except UnsupportedVersion as error:
             # Kafka closes too, but a client that never learns why retries forever: say so.
             logger.warning("closing the connection of %s: %s", session.client_host, error)
