@@ -53,7 +53,8 @@ COMMANDS: dict[str, Command] = {
         "chart", "copy crds/ into the Helm chart (or --check that it is)"
     ),
     "groups": Command(
-        "groups", "list, describe, reset, export and import groups (like kafka-consumer-groups)"
+        "groups",
+        "list, describe, reset, delete, export and import groups (like kafka-consumer-groups)",
     ),
     "operator": Command(
         "kube_operator",
@@ -139,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"pip install 'kafka-group-operator[{command.extra}]'",
                 1,
             )
+    if name == "groups":
+        # Kafka's spelling (`--describe --group g`): the action flag becomes the subcommand.
+        from kafka_group_operator.commands import common, groups
+
+        try:
+            arguments = groups.kafka_actions(arguments)
+        except common.UsageError as error:
+            return _fail(name, str(error), error.code)
     args = build_parser(arguments).parse_args(arguments)
     # Errors name the whole command: "kgo groups describe: ...".
     name = " ".join(

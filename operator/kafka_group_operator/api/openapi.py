@@ -231,6 +231,7 @@ _SCHEMAS: dict[str, Schema] = {
             "groupEpoch",
             "assignmentEpoch",
             "assignor",
+            "sessionTimeoutMs",
             "members",
             "lag",
             "totalLag",
@@ -242,6 +243,10 @@ _SCHEMAS: dict[str, Schema] = {
             "groupEpoch": {"type": "integer"},
             "assignmentEpoch": {"type": "integer"},
             "assignor": {"type": "string"},
+            "sessionTimeoutMs": {
+                **_nullable({"type": "integer", "minimum": 0}),
+                "description": "How long a member that stops heartbeating stays in the group.",
+            },
             "members": {"type": "array", "items": _ref("MemberDescription")},
             "lag": {
                 "type": "array",
@@ -278,6 +283,7 @@ _SCHEMAS: dict[str, Schema] = {
             "partitionsPendingRevocation",
             "clientId",
             "clientHost",
+            "sessionExpiresInMs",
         ],
         "properties": {
             "memberId": {"type": "string"},
@@ -294,7 +300,38 @@ _SCHEMAS: dict[str, Schema] = {
                 "type": "string",
                 "description": "The address the member's last heartbeat came from.",
             },
+            "sessionExpiresInMs": {
+                **_nullable({"type": "integer", "minimum": 0}),
+                "description": "Time left before the member's session times out and the "
+                "coordinator removes it, unless it heartbeats again.",
+            },
         },
+    },
+    "OffsetDeleteResponse": {
+        "type": "object",
+        "required": ["errors"],
+        "properties": {
+            "errors": {
+                "type": "array",
+                "description": "Partitions whose offsets were kept (GROUP_SUBSCRIBED_TO_TOPIC "
+                "while a member subscribes to the topic); empty when all went.",
+                "items": {
+                    "type": "object",
+                    "required": ["topic", "partition", "error", "code"],
+                    "properties": {
+                        "topic": {"type": "string"},
+                        "partition": {"type": "integer"},
+                        "error": {"type": "string"},
+                        "code": {"type": "integer"},
+                    },
+                },
+            }
+        },
+    },
+    "GroupDeleted": {
+        "type": "object",
+        "required": ["groupId", "deleted"],
+        "properties": {"groupId": {"type": "string"}, "deleted": {"const": True}},
     },
     "GroupListing": {
         "type": "object",
@@ -499,6 +536,34 @@ def document() -> Schema:
                         **_errors(*_AUTH_ERRORS, 404, 409),
                     },
                 },
+                "delete": {
+                    "operationId": "deleteOffsets",
+                    "summary": "Delete committed offsets (Kafka's OffsetDelete): refused per "
+                    "partition while a member subscribes to its topic.",
+                    "parameters": [
+                        {
+                            "name": "partition",
+                            "in": "query",
+                            "required": True,
+                            "description": "'topic:number' (ASCII digits, at most "
+                            f"{wire.INT32_MAX}), repeatable: the offsets to delete.",
+                            "schema": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {"type": "string", "pattern": _PARTITION_PATTERN},
+                            },
+                            "style": "form",
+                            "explode": True,
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Deleted, except the partitions listed in errors.",
+                            "content": _json(_ref("OffsetDeleteResponse")),
+                        },
+                        **_errors(*_AUTH_ERRORS, 404),
+                    },
+                },
             },
             "/v1/groups/{group}/read-fence": {
                 "parameters": [_GROUP_PARAMETER],
@@ -531,6 +596,19 @@ def document() -> Schema:
                             "content": _json(_ref("GroupDescription")),
                         },
                         **_errors(*_AUTH_ERRORS, 404),
+                    },
+                },
+                "delete": {
+                    "operationId": "deleteGroup",
+                    "summary": "Delete the group and its offsets (Kafka's DeleteGroups): refused "
+                    "while it has members (NON_EMPTY_GROUP), and for a group a ConsumerGroup "
+                    "resource owns (delete the resource instead).",
+                    "responses": {
+                        "200": {
+                            "description": "Deleted.",
+                            "content": _json(_ref("GroupDeleted")),
+                        },
+                        **_errors(*_AUTH_ERRORS, 404, 409),
                     },
                 },
             },

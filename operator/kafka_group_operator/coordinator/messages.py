@@ -137,6 +137,9 @@ class MemberDescription:
     client_host: str = ""
     # Whether it speaks the classic protocol (JoinGroup) rather than KIP-848's.
     classic: bool = False
+    # Milliseconds until its session times out unless it heartbeats again (None: no session
+    # deadline is armed, or the description was taken without a clock).
+    session_expires_in_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,8 @@ class GroupDescription:
     assignment_epoch: int
     assignor: str
     members: tuple[MemberDescription, ...]
+    # The group's session timeout: how long a member that stops heartbeating stays in it.
+    session_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
