@@ -1,5 +1,5 @@
-"""The README's "by hand" section, run exactly as written: the test reads its code block, so
-it fails when the README and the product drift apart."""
+"""The README's command blocks, run exactly as written, as a new user types them: each test
+reads its block from the README, so it fails when the README and the product drift apart."""
 
 from __future__ import annotations
 
@@ -16,12 +16,45 @@ from tests.cli.conftest import ROOT
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
-def by_hand_block() -> str:
+def sh_block(heading: str) -> str:
+    """The first ``sh`` block of the README's section ``heading``."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## The same pieces work by hand", 1)[1]
+    section = readme.split(f"\n{heading}\n", 1)[1]
     match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "no sh block in the README's by-hand section"
+    assert match is not None, f"no sh block in the README's section {heading!r}"
     return match.group(1)
+
+
+def by_hand_block() -> str:
+    return sh_block("## The same pieces work by hand")
+
+
+def run_as_a_new_user(
+    block: str, directory: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``block`` in bash (stopping at the first failure) in ``directory``, with ``kgo`` and
+    this ``python`` on the PATH; whatever happened, ``kgo dev down`` afterwards."""
+    (directory / "examples").symlink_to(ROOT / "examples")
+    bin_dir = Path(sys.executable).parent  # holds `kgo` and this `python`
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "KGO_DEV_DIR": str(directory / "dev"),
+    }
+    for name in ("KGO_COORDINATOR_URL", "KGO_GROUP_TOKEN", "KAFKA_BOOTSTRAP_SERVERS"):
+        env.pop(name, None)
+    try:
+        return subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + block],
+            cwd=directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    finally:
+        # Whatever happened, nothing of this test stays running.
+        subprocess.run([sys.executable, "-m", "kafka_group_operator", "dev", "down"], env=env)
 
 
 def test_the_by_hand_block_is_the_one_documented() -> None:
@@ -32,27 +65,7 @@ def test_the_by_hand_block_is_the_one_documented() -> None:
 
 
 def test_the_readme_by_hand_steps(tmp_path: Path) -> None:
-    # A scratch directory of its own (the consumers' logs land there), with the examples.
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    bin_dir = Path(sys.executable).parent  # holds `kgo` and this `python`
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "KGO_DEV_DIR": str(tmp_path / "dev"),
-    }
-    script = "set -euo pipefail\n" + by_hand_block()
-    try:
-        done = subprocess.run(
-            ["bash", "-c", script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-    finally:
-        # Whatever happened, nothing of this test stays running.
-        subprocess.run([sys.executable, "-m", "kafka_group_operator", "dev", "down"], env=env)
+    done = run_as_a_new_user(by_hand_block(), tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert re.fullmatch(r"group shop\.orders: 2 member\(s\), state Stable, epoch \d+", lines[0])
@@ -77,3 +90,27 @@ def test_the_readme_by_hand_steps(tmp_path: Path) -> None:
     assert sorted(owners) == ["orders-0"] * 3 + ["orders-1"] * 3
     assert {row[8] for row in rows} == {"127.0.0.1"}
     assert done.stderr.splitlines()[-1].startswith("kgo dev: stopped the coordinator (pid ")
+
+
+def test_the_readme_snapshot_steps(tmp_path: Path) -> None:
+    block = sh_block("## Snapshots and restore")
+    assert block.splitlines()[0] == 'eval "$(kgo dev up)"'
+    done = run_as_a_new_user(block, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert (
+        f"snapshot of group shop.orders written to {(tmp_path / 'backups' / 'orders-1').as_uri()}"
+        in out
+    )
+    assert (
+        "6 partitions, 0 clamped; dry run: nothing written; add --execute to write 6 offset(s)"
+        in out
+    )
+    assert "6 partitions, 0 clamped; written through the coordinator at http://127.0.0.1:" in out
+    # After the restore, the group is back at the snapshot's offsets (the describe's rows are
+    # the group's last rows: the resets' audits come before).
+    rows = [line.split() for line in out.splitlines() if line.startswith("shop.orders  orders")]
+    assert [(row[2], row[3]) for row in rows[-6:]] == [(str(p), "100") for p in range(6)]
+    assert (tmp_path / "checkpoints" / "1" / "checkpoint.json").is_file()
+    checkpoint = (tmp_path / "checkpoints" / "1").as_uri()
+    assert f"checkpoint of kafka-group-operator.group-state written to {checkpoint}" in out

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from kafka_group_operator.member import client
 
 DEFAULT_COORDINATOR = "http://127.0.0.1:8080"
+# The coordinator's, the operator's and the jobs' default state topic.
+DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
 DEFAULT_TIMEOUT_MS = 10_000
 MISSING_TOKEN = "pass --token or set KGO_GROUP_TOKEN"
 RETRY_BACKOFF_S = 0.2

@@ -301,14 +301,17 @@ class LocalGroup:
     pod_uids: dict[str, str] = field(default_factory=dict)
     # instance -> restarts in the same pod, as a pod's container restart count
     restarts: dict[str, int] = field(default_factory=dict)
+    # The state topic's name, when not the group's own (``state_topic``).
+    state_topic_name: str | None = None
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # -- lifecycle
 
     @property
     def state_topic(self) -> str:
-        """The coordinator's state topic: one per demo group, so runs never share state."""
-        return f"{self.group}.group-state"
+        """The coordinator's state topic: one per demo group, so runs never share state,
+        unless named (``kgo dev`` uses the default one, which the jobs default to)."""
+        return self.state_topic_name or f"{self.group}.group-state"
 
     def start(self, broker: embedded.EmbeddedBroker | None = None) -> None:
         if broker is None:

@@ -170,6 +170,8 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
         heartbeat_interval_ms=1_000,
         directory=home,
         keep_directory=True,
+        # The default state topic, so that the jobs (`kgo snapshot`) need no --state-topic.
+        state_topic_name=common.DEFAULT_STATE_TOPIC,
     )
     try:
         broker.start()
