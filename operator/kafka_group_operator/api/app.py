@@ -369,7 +369,8 @@ def build_app(
         app[TOKENS_KEY] = token_store
     if directory is not None:
         app[DIRECTORY_KEY] = directory
-    app[_OPENAPI_KEY] = json.dumps(openapi.document()).encode()
+    # The document of this server: its security is the one it runs with.
+    app[_OPENAPI_KEY] = json.dumps(openapi.document(token_store is not None)).encode()
     app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
