@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cli.conftest import ROOT
 
@@ -114,3 +115,40 @@ def test_the_readme_snapshot_steps(tmp_path: Path) -> None:
     assert (tmp_path / "checkpoints" / "1" / "checkpoint.json").is_file()
     checkpoint = (tmp_path / "checkpoints" / "1").as_uri()
     assert f"checkpoint of kafka-group-operator.group-state written to {checkpoint}" in out
+
+
+def test_a_new_shell_finds_kgo_with_the_quick_starts_activate_line() -> None:
+    block = sh_block("## Quick start")
+    (activate,) = [line.split("#")[0].strip() for line in block.splitlines() if "activate" in line]
+    # A new shell: none of this test's own environment's virtualenv on its PATH.
+    env = {key: value for key, value in os.environ.items() if key != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    missing = subprocess.run(
+        ["bash", "-c", "kgo --version"], cwd=ROOT, env=env, capture_output=True
+    )
+    assert missing.returncode == 127  # command not found, as the issue saw
+    done = subprocess.run(
+        ["bash", "-c", f"{activate} && kgo --version"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout.split()[0]) == (0, "kgo"), done.stderr
+
+
+def test_installing_in_a_cluster_is_near_the_top() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    first_install = next(i for i, line in enumerate(lines) if line.startswith("helm install"))
+    assert first_install < 60, first_install
+    section = sh_block("## Install in a cluster")
+    assert "helm install kafka-group-operator charts/kafka-group-operator \\" in section
+    # Every value the block sets is one of the chart's.
+    values = yaml.safe_load((ROOT / "charts" / "kafka-group-operator" / "values.yaml").read_text())
+    for setting in re.findall(r"--set ([a-zA-Z.]+)=", section):
+        level = values
+        for key in setting.split("."):
+            assert isinstance(level, dict), setting
+            assert key in level, setting
+            level = level[key]
