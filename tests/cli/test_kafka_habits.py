@@ -213,6 +213,27 @@ def test_an_unknown_group_does_not_exist_for_whom_may_know(open_coordinator: str
         )
 
 
+def test_a_group_that_does_not_exist_yet_gets_its_first_offsets(
+    dev: DevSetup, open_coordinator: str
+) -> None:
+    # As kafka-consumer-groups.sh --reset-offsets: offsets set before any consumer starts.
+    where = [
+        "--coordinator",
+        open_coordinator,
+        "--bootstrap-server",
+        dev.env["KAFKA_BOOTSTRAP_SERVERS"],
+    ]
+    group = f"new-{uuid.uuid4().hex[:6]}"
+    env = {"KGO_GROUP_TOKEN": ""}
+    run = kgo(
+        "groups", "reset-offsets", group, "--to-offset", "3", "--topic", "orders:0", *where,
+        "--execute", env=env,
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    exported = kgo("groups", "export", group, "--file", "-", *where[:2], env=env)
+    assert (exported.code, exported.stdout) == (0, "orders,0,3\n")
+
+
 @pytest.fixture
 def member(dev: DevSetup) -> Iterator[subprocess.Popen[bytes]]:
     """One example consumer of the group; killed (SIGKILL: no leave) at the latest at the end."""

@@ -487,9 +487,15 @@ def reset(
     _check_mode(args)
     bootstrap = common.required_bootstrap(args)
     from kafka_group_operator.commands import kafka_lookup
+    from kafka_group_operator.coordinator import errors
 
     with common.coordinator(args, group) as connection:
-        committed = connection.fetch()
+        try:
+            committed = connection.fetch()
+        except errors.GroupIdNotFound:
+            # As Kafka's tool: a group that does not exist yet may be given its first
+            # offsets (the commit creates it), e.g. before its consumers start.
+            committed = {}
         if file_offsets is not None and not scope:
             # The file's partitions, each of which must exist, as Kafka's --from-file.
             scope = {
@@ -523,7 +529,7 @@ def reset(
             )
         if args.execute:
             write(args, group, connection, {(p.topic, p.partition): p.new for p in plan})
-        members = 0 if args.execute else len(connection.describe()["members"])
+        members = 0 if args.execute or not committed else len(connection.describe()["members"])
     print_audit(args, group, plan, members)
     return 0
 
