@@ -152,3 +152,27 @@ def test_installing_in_a_cluster_is_near_the_top() -> None:
             assert isinstance(level, dict), setting
             assert key in level, setting
             level = level[key]
+
+
+def test_the_readme_command_line_block(tmp_path: Path) -> None:
+    block = sh_block("## Command line")
+    assert (
+        block.splitlines()[0]
+        == "kgo groups list                                  # the groups your token may see"
+    )
+    done = run_as_a_new_user(
+        'eval "$(kgo dev up)"\n' + block + "kgo dev down\n", tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert (
+        "wrote 2 offset(s): one administrative commit through the coordinator" in out
+    )  # the shift
+    # Exported after the shift: 167 - 100 on partitions 0 and 1, the log ends elsewhere.
+    assert (tmp_path / "offsets.csv").read_text() == (
+        "orders,0,67\norders,1,67\norders,2,167\norders,3,167\norders,4,166\norders,5,166\n"
+    )
+    assert "Request succeed for deleting offsets with topic orders:0 group shop.orders" in out
+    assert out.splitlines()[-1] == (
+        "Deletion of requested consumer groups ('shop.orders') was successful."
+    )
