@@ -138,8 +138,9 @@ class MemberDescription:
     # Whether it speaks the classic protocol (JoinGroup) rather than KIP-848's.
     classic: bool = False
     # Milliseconds until its session times out unless it heartbeats again (None: no session
-    # deadline is armed, or the description was taken without a clock).
-    session_expires_in_ms: int | None = None
+    # deadline is armed, or the description was taken without a clock). A reading of the
+    # clock, not of the member's state: left out of comparisons.
+    session_expires_in_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
