@@ -56,6 +56,7 @@ bench: install
 
 demo: install
 	$(PY) -m kafka_group_operator.cli demo
+	@echo "kgo is in $(VENV)/bin: '. $(VENV)/bin/activate' puts it on your PATH (in each new shell)"
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache

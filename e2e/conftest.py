@@ -110,6 +110,9 @@ def operator(namespace: str) -> Iterator[str]:
         "helm", "install", release, str(ROOT / "charts" / "kafka-group-operator"),
         "--namespace", namespace,
         "--set", f"kafka.bootstrapServers={os.environ['KGO_E2E_BOOTSTRAP']}",
+        # The test cluster's Kafka has one broker.
+        "--set", "stateTopic.replicationFactor=1",
+        "--set", "stateTopic.minInsyncReplicas=1",
         "--set", "image.registry=",
         "--set", f"image.repository={repository}",
         "--set", f"image.tag={tag}",

@@ -238,3 +238,97 @@ def test_an_unmodified_kafka_client_joins_through_the_gateway_owns_and_commits(
     finally:
         producer.stop()
         group.stop()
+
+
+def test_a_frame_fits_the_terminal_with_its_header_on_top() -> None:
+    head = "kgo demo  12:00:00  " + "a caption long enough to need a second line " * 3
+    body = ["group demo.orders  state Stable  " + "x" * 120, "INSTANCE  EPOCH", "orders-0  1"]
+    notes = [f"note {index} " + "y" * (index * 7) for index in range(40)]
+    lines = demo.fit(head, body, notes, columns=80, rows=24)
+    assert len(lines) <= 23  # the last row keeps the cursor: nothing scrolls
+    assert all(len(line) <= 79 for line in lines)  # nothing wraps
+    assert lines[0].startswith("kgo demo  12:00:00  a caption")
+    assert lines[1].startswith("  ")  # the caption's second line
+    assert lines[2] == ""
+    assert lines[3].endswith("…")
+    assert lines[-1].startswith("note 39 ")  # the latest notes, the older ones dropped
+    # A terminal too small for the body still gets the header, and no more rows than it has.
+    small = demo.fit(head, body * 10, notes, columns=80, rows=8)
+    assert len(small) == 7
+    assert small[0].startswith("kgo demo")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.broker
+def test_on_an_80_by_24_terminal_every_frame_fits_and_the_last_sections_show(
+    broker: embedded.EmbeddedBroker, tmp_path: Path
+) -> None:
+    group = demo.LocalGroup(
+        group=f"demo-{tmp_path.name[-8:]}",
+        topic=f"orders-{tmp_path.name[-8:]}",
+        partitions=12,
+        state_partitions=1,
+        directory=tmp_path,
+    )
+    group.start(broker)
+    try:
+        out = Terminal()
+        screen = demo.Screen(group, out, size=(80, 24))
+        for index in range(6):
+            group.start_member(f"orders-{index}")
+        caption = "orders-1 crashed (kill -9) and restarted in its pod: nothing moves " * 2
+        screen.watch(caption, 30, until=lambda: len(group.ownership()) == 6)
+        screen.note("", "snapshot written to file:///tmp/x", *[f"  line {i}" for i in range(12)])
+        screen.show(caption, demo._owners(group))
+        last = len(screen.notes)
+        screen.note(
+            "",
+            "the brokers' own group carries the coordinator's offsets:",
+            *demo.offsets_table(
+                group.topic,
+                [
+                    (label, {(group.topic, p): 6568 for p in range(12)})
+                    for label in ("coordinator", "brokers' group", "log end")
+                ],
+            ),
+        )
+        screen.note(
+            "",
+            "http://127.0.0.1:1/metrics (kafka-lag-exporter's names and labels), the lines:",
+            *[
+                f'  kafka_consumergroup_group_lag{{client_id="orders-0",p="{i}"}} 0.0'
+                for i in range(9)
+            ],
+            "  ... and 33 more lines of the other partitions",
+        )
+        screen.finish("the brokers' own group and the coordinator's /metrics", last)
+    finally:
+        group.stop()
+    frames = out.getvalue().split("\x1b[2J\x1b[H")[1:]
+    assert frames
+    for frame in frames:
+        lines = frame.split("\n")[:-1]
+        assert len(lines) <= 23, frame
+        assert all(len(line) <= 79 for line in lines), frame
+        assert lines[0].startswith("kgo demo  "), frame
+    final = frames[-1].split("\n")
+    assert "the brokers' own group carries the coordinator's offsets:" in final
+    assert "  ... and 33 more lines of the other partitions" in final
+    assert final[0].endswith("the brokers' own group and the coordinator's /metrics")
+    assert final[1] == ""  # one blank line between the header and the notes
+
+
+def test_a_metrics_line_keeps_its_value_and_its_partitions_labels_on_a_terminal() -> None:
+    assert (
+        demo.short_series(
+            'kafka_consumergroup_group_lag{client_id="orders-0",cluster_name="default",'
+            'consumer_id="3f",group="demo.orders",member_host="127.0.0.1",partition="0",'
+            'topic="orders"} 12.0'
+        )
+        == 'kafka_consumergroup_group_lag{partition="0",topic="orders"} 12.0'
+    )
+    assert demo.short_series("kgo_heartbeats_total 3916.0") == "kgo_heartbeats_total 3916.0"

@@ -13,9 +13,12 @@ the benchmarks pass ``--json`` and read that line when they run a job as a subpr
 
 ``run`` wraps a job's ``main``: a wrong invocation (``errors.UsageError``, and every
 ``argparse`` error) is one line on stderr and exit 2; a failure at run time
-(``errors.JobError``, a Spark error) is one line and exit 1. Jobs check what they can (the
-arguments, the broker, the topic, the paths, the coordinator) before they start Spark, and
-before they import it: this module and the jobs' ``main`` import no pyspark until then.
+(``errors.JobError``, a Spark error) is one line and exit 1 (a Spark error names the JVM's
+log file, ``session.spark_log``); Ctrl-C (SIGINT) cancels the Spark job and is one line and
+exit 130, with nothing left at the job's output location (``storage.staged``). Jobs check
+what they can (the arguments, the broker, the topic, the paths, the coordinator) before they
+start Spark, and before they import it: this module and the jobs' ``main`` import no pyspark
+until then.
 """
 
 from __future__ import annotations
@@ -62,7 +65,15 @@ def parser(job: str, description: str) -> argparse.ArgumentParser:
     parsed.add_argument("--topic", default=DEFAULT_STATE_TOPIC, help="the state topic")
     parsed.add_argument("--kafka-config", default="{}", help="extra librdkafka settings, JSON")
     parsed.add_argument("--kafka-config-dir", help="a directory of librdkafka settings")
-    parsed.add_argument("--master", help="Spark master (spark-submit sets it; default local)")
+    parsed.add_argument(
+        "--master",
+        help="Spark master (spark-submit sets it; default local[2], tuned to start fast)",
+    )
+    parsed.add_argument(
+        "--spark-ui",
+        action="store_true",
+        help="serve Spark's web UI (on 127.0.0.1 on a local master; off by default)",
+    )
     parsed.add_argument(
         "--json", action="store_true", help="print only one KGO-RESULT {json} line on stdout"
     )
@@ -80,11 +91,31 @@ def run(job: str, main: Callable[[Sequence[str] | None], int], argv: Sequence[st
         return _fail(job, str(error), errors.USAGE_EXIT)
     except errors.JobError as error:
         return _fail(job, str(error), errors.RUNTIME_EXIT)
-    except Exception as error:
+    except (Exception, KeyboardInterrupt) as error:
+        # Whatever a Spark call stopped by Ctrl-C fails with is the echo of the interrupt.
+        if isinstance(error, KeyboardInterrupt) or _spark_interrupted():
+            return _fail(job, INTERRUPTED, INTERRUPTED_EXIT)
         # Spark's errors carry the JVM's stack in their text; their first line is the reason.
         if type(error).__module__.startswith(("pyspark", "py4j")):
-            return _fail(job, spark_reason(error), errors.RUNTIME_EXIT)
+            return _fail(job, spark_reason(error) + _log_note(), errors.RUNTIME_EXIT)
         raise
+
+
+# As a shell reports a command ended by SIGINT.
+INTERRUPTED_EXIT = 130
+INTERRUPTED = "interrupted: the job stopped, leaving nothing half-written"
+
+
+def _spark_interrupted() -> bool:
+    session = sys.modules.get("kafka_group_jobs.session")
+    return session is not None and bool(session.interrupted())
+
+
+def _log_note() -> str:
+    """Where the JVM's own log is, when this process started the JVM."""
+    session = sys.modules.get("kafka_group_jobs.session")
+    log = session.spark_log() if session is not None else None
+    return f" (Spark's log: {log})" if log is not None else ""
 
 
 def _fail(job: str, message: str, code: int) -> int:

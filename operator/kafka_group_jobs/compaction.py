@@ -42,8 +42,11 @@ def compact(
     output: str,
     config: dict[str, str] | None = None,
     fenced: fence.ReadFence | None = None,
+    overwrite: bool = True,
 ) -> dict[str, Any]:
-    """Writes the checkpoint; returns its manifest."""
+    """Writes the checkpoint (aside, then moved to ``output`` whole: ``storage.staged``);
+    returns its manifest. Without ``overwrite``, an ``output`` that holds something already
+    raises ``JobError``."""
     from kafka_group_jobs import progress, transforms
 
     config = config or {}
@@ -55,24 +58,22 @@ def compact(
     with progress.watching(spark, f"reading {state_topic}", ranges, len(fenced.end_offsets)):
         latest = latest.localCheckpoint()
     kept = transforms.checkpoint_records(latest)
-    kept.orderBy("partition", "offset").write.mode("overwrite").parquet(
-        storage.spark_path(storage.join(output, checkpoint.RECORDS_FILE))
-    )
-    kept_count = spark.read.parquet(
-        storage.spark_path(storage.join(output, checkpoint.RECORDS_FILE))
-    ).count()
-    manifest = checkpoint.CheckpointManifest(
-        topic=state_topic,
-        end_offsets=dict(fenced.end_offsets),
-        records=kept_count,
-        created_at_ms=topics.now_ms(),
-        fence=fenced.kind,
-    )
-    storage.write_json(
-        spark,
-        storage.join(output, checkpoint.MANIFEST_FILE),
-        checkpoint.manifest_document(manifest),
-    )
+    with storage.staged(spark, output, overwrite) as staging:
+        records = storage.spark_path(storage.join(staging, checkpoint.RECORDS_FILE))
+        kept.orderBy("partition", "offset").write.mode("overwrite").parquet(records)
+        kept_count = spark.read.parquet(records).count()
+        manifest = checkpoint.CheckpointManifest(
+            topic=state_topic,
+            end_offsets=dict(fenced.end_offsets),
+            records=kept_count,
+            created_at_ms=topics.now_ms(),
+            fence=fenced.kind,
+        )
+        storage.write_json(
+            spark,
+            storage.join(staging, checkpoint.MANIFEST_FILE),
+            checkpoint.manifest_document(manifest),
+        )
     return checkpoint.manifest_document(manifest)
 
 
@@ -101,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = arguments.parser("compaction", "Compact the state topic into a loader checkpoint.")
     parser.add_argument("--output", required=True, help="storage URI of the checkpoint")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace what --output holds already"
+    )
     parser.add_argument("--group", help="the group whose token authenticates the read fence")
     arguments.add_coordinator(parser, "asked for the read fence")
     parser.add_argument(
@@ -112,7 +116,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if coordinator is not None and args.fenced_ends:
         raise errors.UsageError("--fenced-ends and --coordinator-url: give one read fence")
     config = arguments.kafka_config(args)
-    storage.check_writable(args.output)
+    storage.check_writable(args.output, args.overwrite)
     count = arguments.check_state_topic(args.bootstrap, args.topic, config)
     fenced = (
         arguments.given_fence(args.fenced_ends, count)
@@ -121,14 +125,9 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     from kafka_group_jobs import session  # only now: see the module docstring
 
-    with session.job_session("kafka-group-compaction", args.master) as spark:
+    with session.job_session("kafka-group-compaction", args.master, args.spark_ui) as spark:
         result = compact(
-            spark,
-            args.bootstrap,
-            args.topic,
-            args.output,
-            config,
-            fenced,
+            spark, args.bootstrap, args.topic, args.output, config, fenced, args.overwrite
         )
     if args.json:
         arguments.emit_result(result)

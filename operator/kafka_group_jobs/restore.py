@@ -1,6 +1,6 @@
 """Restore job: reset a group's offsets to a snapshot or a computed target; plan, then write.
 
-``python -m kafka_group_jobs.restore --bootstrap B --group G --to KIND [...] [--dry-run]``
+``python -m kafka_group_jobs.restore --bootstrap B --group G --to KIND [...] [--execute]``
 
 Targets (``--to``), as ``kafka-consumer-groups.sh --reset-offsets`` has them: ``earliest``,
 ``latest``, ``offset --value N``, ``datetime --datetime ISO``, ``duration --duration PT1H``,
@@ -9,11 +9,12 @@ narrow the scope (default: every topic the group or the snapshot has offsets for
 
 Steps: read the group's current commits from the state topic; look the live topics' bounds up
 (and offsets by time for datetime and duration); plan with ``transforms.plan_reset``, which
-clamps out-of-range offsets into [earliest, latest] and marks each clamp; print the plan. Unless
-``--dry-run``, the coordinator applies the plan: the job hands it over through the coordinator's
+clamps out-of-range offsets into [earliest, latest] and marks each clamp; print the plan. As a
+reset, a restore only plans unless ``--execute`` (``--dry-run`` says so explicitly); executed,
+the coordinator applies the plan: the job hands it over through the coordinator's
 HTTP API as one administrative commit (``memberId`` "" and epoch -1), which the coordinator
 accepts only while the group is empty or its assignment is paused for a reset, so no live
-member races the restore. Jobs never write the state topic: a restore that would write needs
+member races the restore. Jobs never write the state topic: a restore that writes needs
 ``--coordinator-url`` and fails, before Spark starts, without one. With a coordinator the
 group's partition is read up to the coordinator's read fence, else up to its last stable
 offset (``fence``); the audit says which.
@@ -24,8 +25,8 @@ clamp, plus snapshot partitions that no longer exist. It is printed as a table (
 and every committed offset past the log end the broker reports gets a warning.
 
 Before Spark starts, the job checks its arguments, the snapshot's manifest (on a file system),
-the broker and the state topic, and with ``--coordinator-url`` the token and, unless it only
-plans, that the group is empty or paused: the coordinator would refuse the commit anyway.
+the broker and the state topic, and with ``--coordinator-url`` the token and, when it writes,
+that the group is empty or paused: the coordinator would refuse the commit anyway.
 
 Spark's own modules (``session``, ``transforms``, ``progress``) are imported by the functions
 that run Spark, not at the top: importing pyspark alone takes a second or more, and a wrong
@@ -54,7 +55,7 @@ COORDINATOR_TIMEOUT_S = 10
 NO_COORDINATOR = (
     "a restore is applied by the coordinator, and none was named: start one (in a cluster the"
     " operator is one; locally `kgo coordinator --bootstrap B --topic T --tokens FILE`) and pass"
-    " --coordinator-url URL with the group's --token, or use --dry-run to only plan"
+    " --coordinator-url URL with the group's --token, or leave out --execute to only plan"
 )
 
 
@@ -327,7 +328,9 @@ def report(document: dict[str, Any], written_to: str | None) -> list[str]:
             " snapshot) no longer exists in Kafka"
         )
     outcome = (
-        "dry run: nothing written"
+        f"dry run: nothing written; add --execute to write {len(partitions)} offset(s)"
+        if document["dryRun"] and partitions
+        else "dry run: nothing written"
         if document["dryRun"]
         else f"written {written_to}"
         if written_to
@@ -351,8 +354,10 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--snapshot", help="storage URI of a snapshot")
     parser.add_argument("--topics", default="", help="comma-separated topics in scope")
     parser.add_argument("--partitions", action="append", default=[], help="TOPIC:P[,P...]")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
-    arguments.add_coordinator(parser, "which applies the plan (needed unless --dry-run)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    mode.add_argument("--execute", action="store_true", help="write the plan (as resets do)")
+    arguments.add_coordinator(parser, "which applies the plan (needed with --execute)")
     parser.add_argument("--audit", help="storage URI to write the audit JSON to")
     args = parser.parse_args(argv)
     if not args.group:
@@ -376,12 +381,14 @@ def _main(argv: Sequence[str] | None) -> int:
     config = arguments.kafka_config(args)
     if args.to == "snapshot":
         storage.check_readable("snapshot", args.snapshot, snapshot.MANIFEST_FILE)
+    if args.audit:
+        storage.check_scheme("--audit", args.audit)
     topics.bootstrap_servers(args.bootstrap)  # a wrong --bootstrap is a usage error first
-    if coordinator is None and not args.dry_run:
+    if coordinator is None and args.execute:
         raise RestoreError(NO_COORDINATOR)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
     if coordinator is not None:
-        check_coordinator(coordinator.url, args.group, args.token, not args.dry_run)
+        check_coordinator(coordinator.url, args.group, args.token, args.execute)
     fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator, args.group)
     target = {
         "to": args.to,
@@ -394,7 +401,7 @@ def _main(argv: Sequence[str] | None) -> int:
     written_to = None
     from kafka_group_jobs import session  # only now: see the module docstring
 
-    with session.job_session("kafka-group-restore", args.master) as spark:
+    with session.job_session("kafka-group-restore", args.master, args.spark_ui) as spark:
         rows, missing, read_fence = plan(
             spark,
             args.bootstrap,
@@ -409,8 +416,8 @@ def _main(argv: Sequence[str] | None) -> int:
             config,
             fenced,
         )
-        document = audit(args.group, target, rows, missing, args.dry_run, read_fence)
-        if not args.dry_run and rows and coordinator is not None:
+        document = audit(args.group, target, rows, missing, not args.execute, read_fence)
+        if args.execute and rows and coordinator is not None:
             write_through_coordinator(coordinator.url, args.group, args.token, rows)
             written_to = f"through the coordinator at {coordinator.url}"
         if args.audit:

@@ -1,10 +1,27 @@
 """Builds the Spark session the jobs run in, under ``spark-submit`` or as plain ``python -m``.
 
 Under ``spark-submit`` (a SparkApplication) the master and resources come from the submit
-command and this only names the app. Run directly on a local master, it starts a local Spark
-whose Python workers use this interpreter, so that they import ``kafka_group_jobs`` from the
-same install, and whose JVM is set up to start fast: a fresh job spends most of its time
-before the first record starting the JVM, not reading.
+command and this only names the app. Run directly (``python -m``, ``kgo snapshot``), the
+master is ``DEFAULT_MASTER`` unless ``--master`` names another, and a local master starts a
+local Spark whose Python workers use this interpreter, so that they import
+``kafka_group_jobs`` from the same install, and whose JVM is set up to start fast: a fresh
+job spends most of its time before the first record starting the JVM, not reading.
+
+Run directly, on any master:
+
+* no web UI unless asked for (``ui``); on a local master it listens on loopback only (the
+  driver binds to 127.0.0.1);
+* no console progress bar: the job reports its own progress (``progress``), one display;
+* the JVM is started in a session of its own, with its output (the start-up banner, Spark's
+  log, its Python workers' output) going to a log file (``spark_log``) instead of the
+  terminal: Ctrl-C then reaches this process alone, instead of every Spark worker printing
+  its traceback. While a job's session runs, Ctrl-C stops Spark from a thread of its own
+  (``interrupted``): the job's Spark call in progress fails, the job's staged output is
+  removed, and the job ends in one line with exit code 130 (``arguments.run``). Spark's own
+  handler would call into the JVM on the connection the interrupted call is using, which
+  py4j reports with a traceback per call. A second Ctrl-C stops waiting.
+
+On a local master:
 
 * ``-XX:TieredStopAtLevel=1``: the client compiler only. The server compiler's threads took
   about half the JVM's CPU time up to the first record, for code a job runs for seconds.
@@ -16,7 +33,8 @@ before the first record starting the JVM, not reading.
   ignores an archive whose jars changed). ``KGO_SPARK_CLASS_ARCHIVE=off`` turns it off. The
   jobs image records its archive at build time instead (``warmup``, ``recorded_session``)
   and names it with that variable.
-* The JVM's own log lines go to stderr, never to stdout, where ``--json`` puts its result.
+* The JVM's own log lines go to its log file, never to stdout, where ``--json`` puts its
+  result.
 """
 
 from __future__ import annotations
@@ -25,14 +43,21 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kafka_group_jobs import errors
+
+# A job's master when neither spark-submit nor --master gives one: the tuned local Spark.
+DEFAULT_MASTER = "local[2]"
 ARCHIVE_ENV = "KGO_SPARK_CLASS_ARCHIVE"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr")
 # How long a job's end waits for the JVM to write the archive before leaving it unfinished.
@@ -41,20 +66,38 @@ ARCHIVE_WRITE_TIMEOUT_S = 300.0
 STALE_RECORDING_S = 24 * 3600.0
 
 
+def submitted() -> bool:
+    """Whether spark-submit started this process (its JVM is already running)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def build_session(
-    app_name: str, master: str | None = None, record_archive: Path | None = None
+    app_name: str,
+    master: str | None = None,
+    record_archive: Path | None = None,
+    ui: bool = False,
 ) -> SparkSession:
-    """A session; on a local master, with the start-up settings of the module docstring.
+    """A session; run directly, with the settings of the module docstring.
 
     ``record_archive``: where the JVM writes its class archive when it exits (``job_session``
-    passes it when there is none yet).
+    passes it when there is none yet). ``ui``: serve Spark's web UI (on loopback on a local
+    master).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    direct = not submitted()
+    if master is None and direct:
+        master = DEFAULT_MASTER
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    if direct:
+        builder = builder.config("spark.ui.enabled", "true" if ui else "false").config(
+            "spark.ui.showConsoleProgress", "false"
+        )
     if master is not None and master.startswith("local"):
+        # The driver (and the UI, when asked for) on loopback: nothing listens outside.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         options = list(JVM_OPTIONS)
         archive = class_archive()
         if record_archive is not None:
@@ -65,12 +108,61 @@ def build_session(
         # Small per-group tables: Spark's default of 200 shuffle partitions is pure overhead here.
         builder = (
             builder.config("spark.sql.shuffle.partitions", "4")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.driver.extraJavaOptions", " ".join(options))
         )
+    if direct:
+        _launch_gateway(builder)
     return builder.getOrCreate()
+
+
+_log: Path | None = None
+# The log of the JVM a job's own session started (not one it shares, as in tests).
+_job_log: Path | None = None
+
+
+def spark_log() -> Path | None:
+    """The log file of the JVM this job started, if it started one."""
+    return _job_log
+
+
+def _launch_gateway(builder: SparkSession.Builder) -> None:
+    """Starts the JVM as pyspark would, but in a session of its own and with its output in a
+    log file (see the module docstring); nothing when a JVM already runs in this process."""
+    global _log
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    java_home = os.environ.get("JAVA_HOME")
+    if not (Path(java_home, "bin", "java").is_file() if java_home else shutil.which("java")):
+        raise errors.JobError(
+            "Spark needs Java (17 or newer): none on the PATH and no JAVA_HOME"
+            " (apt-get install openjdk-17-jre-headless)"
+        )
+    conf = SparkConf(loadDefaults=False)
+    for key, value in builder._options.items():
+        conf.set(key, value)
+    handle, name = tempfile.mkstemp(prefix="kgo-spark-", suffix=".log")
+    log = os.fdopen(handle, "wb")
+    _log = Path(name)
+    try:
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            conf, popen_kwargs={"start_new_session": True, "stdout": log, "stderr": log}
+        )
+    finally:
+        log.close()  # the JVM holds its own descriptor
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
+
+
+def forget_log() -> None:
+    """Removes the JVM's log file (a job that succeeded has no use for it)."""
+    global _log, _job_log
+    if _log is not None:
+        _log.unlink(missing_ok=True)
+    _log = _job_log = None
 
 
 def class_archive() -> Path | None:
@@ -101,7 +193,9 @@ def _install_key() -> str:
 
 
 @contextlib.contextmanager
-def job_session(app_name: str, master: str | None = None) -> Iterator[SparkSession]:
+def job_session(
+    app_name: str, master: str | None = None, ui: bool = False
+) -> Iterator[SparkSession]:
     """The session of one job's ``main``; stopped at the end unless it was already running.
 
     A job called inside a running Spark program (a test, a notebook) must not stop the
@@ -110,15 +204,62 @@ def job_session(app_name: str, master: str | None = None) -> Iterator[SparkSessi
     """
     already_running = SparkSession.getActiveSession() is not None
     recording = None if already_running else _archive_to_record(master)
-    spark = build_session(app_name, master, recording)
+    global _job_log
+    spark = build_session(app_name, master, recording, ui)
+    if not already_running:
+        _job_log = _log
+    if ui and not already_running:
+        url = spark.sparkContext.uiWebUrl
+        sys.stderr.write(f"Spark's web UI: {url}\n")
+        sys.stderr.flush()
+    failed = False
+    previous = _stop_on_interrupt(spark) if not already_running else None
     try:
         yield spark
+    except BaseException:
+        failed = True
+        raise
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if not already_running:
-            spark.stop()
+            with contextlib.suppress(Exception):  # stopped already when interrupted
+                spark.stop()
             archive = class_archive()
             if recording is not None and archive is not None:
                 _finish_archive(recording, archive)
+            if not failed:
+                forget_log()
+
+
+_interrupted = threading.Event()
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C stopped this job's Spark (see the module docstring)."""
+    return _interrupted.is_set()
+
+
+def _stop_on_interrupt(spark: SparkSession) -> Any:
+    """Installs the job's SIGINT handler (main thread only); returns the one it replaces."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    _interrupted.clear()
+
+    def stop(signum: int, frame: object) -> None:
+        if _interrupted.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting for Spark
+        _interrupted.set()
+        threading.Thread(target=_stop_quietly, args=(spark,), name="kgo-interrupt").start()
+
+    return signal.signal(signal.SIGINT, stop)
+
+
+def _stop_quietly(spark: SparkSession) -> None:
+    with contextlib.suppress(Exception):
+        spark.sparkContext.cancelAllJobs()
+    with contextlib.suppress(Exception):
+        spark.stop()
 
 
 @contextlib.contextmanager
@@ -140,6 +281,8 @@ def recorded_session(app_name: str, archive: Path) -> Iterator[SparkSession]:
 
 def _archive_to_record(master: str | None) -> Path | None:
     """A temporary name next to the missing archive, when this job should record it."""
+    if master is None and not submitted():
+        master = DEFAULT_MASTER
     if master is None or not master.startswith("local"):
         return None
     if SparkSession._instantiatedSession is not None:

@@ -12,6 +12,10 @@ when given), joins the data topics' log-end offsets for lag, and writes:
   offsets covered and the kind of read fence they came from, and a checksum of the offsets
   (``storage.offsets_checksum``).
 
+Both are written aside and moved to ``URI`` together (``storage.staged``): an interrupted or
+failed job leaves nothing there. A ``URI`` that holds something already is refused, before
+Spark starts on a file system, unless ``--overwrite``.
+
 ``as of`` reads the commit history, so it reaches back as far as the state topic still holds
 superseded commits: on a compacted topic, to the last compaction.
 
@@ -52,11 +56,13 @@ def take(
     config: dict[str, str] | None = None,
     allow_empty: bool = True,
     fenced: fence.ReadFence | None = None,
+    overwrite: bool = True,
 ) -> dict[str, Any]:
     """Takes the snapshot; returns its manifest plus ``logEndOffsets`` (one row per partition).
 
     Without ``allow_empty``, a group with no committed offsets raises ``JobError`` before
-    anything is written.
+    anything is written. Without ``overwrite``, an ``output`` that holds something already
+    raises ``JobError``; with it, the old snapshot is replaced once the new one is whole.
     """
     from kafka_group_jobs import progress, transforms
 
@@ -87,9 +93,6 @@ def take(
             "topic STRING, partition INT, log_end_offset BIGINT",
         ),
     )
-    snapshot.orderBy(*transforms.TOPIC_PARTITION).coalesce(1).write.mode("overwrite").parquet(
-        storage.spark_path(storage.join(output, OFFSETS_FILE))
-    )
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition, _ in sorted(committed):
         by_topic[topic].append(partition)
@@ -110,7 +113,12 @@ def take(
         },
         "checksum": storage.offsets_checksum(committed),
     }
-    storage.write_json(spark, storage.join(output, MANIFEST_FILE), manifest)
+    # Written aside and moved into place whole: nothing partial at ``output``, ever.
+    with storage.staged(spark, output, overwrite) as staging:
+        snapshot.orderBy(*transforms.TOPIC_PARTITION).coalesce(1).write.mode("overwrite").parquet(
+            storage.spark_path(storage.join(staging, OFFSETS_FILE))
+        )
+        storage.write_json(spark, storage.join(staging, MANIFEST_FILE), manifest)
     # Returned, not written (the Parquet has them): what the table and the warnings show.
     return {
         **manifest,
@@ -193,6 +201,9 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument(
         "--allow-empty", action="store_true", help="write a snapshot of a group with no offsets"
     )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace what --output holds already"
+    )
     arguments.add_coordinator(parser, "asked for the read fence")
     args = parser.parse_args(argv)
     if not args.group:
@@ -200,12 +211,12 @@ def _main(argv: Sequence[str] | None) -> int:
     coordinator = arguments.coordinator_of(args, args.group)
     as_of_ms = None if args.as_of is None else arguments.parse_time_ms(args.as_of)
     config = arguments.kafka_config(args)
-    storage.check_writable(args.output)
+    storage.check_writable(args.output, args.overwrite)
     arguments.check_state_topic(args.bootstrap, args.topic, config)
     fenced = arguments.take_fence(args.bootstrap, args.topic, config, coordinator, args.group)
     from kafka_group_jobs import session  # only now: see the module docstring
 
-    with session.job_session("kafka-group-snapshot", args.master) as spark:
+    with session.job_session("kafka-group-snapshot", args.master, args.spark_ui) as spark:
         manifest = take(
             spark,
             args.bootstrap,
@@ -216,6 +227,7 @@ def _main(argv: Sequence[str] | None) -> int:
             config,
             allow_empty=args.allow_empty,
             fenced=fenced,
+            overwrite=args.overwrite,
         )
     if args.json:
         arguments.emit_result(manifest)

@@ -1,78 +1,92 @@
 """Where jobs write: storage URIs to Spark paths, and small JSON documents next to the Parquet.
 
-Storage URIs are those of ``OffsetSnapshot.spec.storage.uri``:
-
-* ``file:///path`` and plain paths: the local (or shared, mounted) file system;
-* ``s3a://bucket/path`` (``s3://`` is read as ``s3a://``): needs the hadoop-aws jars in the
-  Spark image;
-* ``pvc://<claim>/<path>``: a PersistentVolumeClaim mounted at ``/mnt/kgo/<claim>`` in the
-  driver and executors (the SparkApplication builder mounts it there).
+Storage URIs, the schemes a job takes and the checks a location passes before Spark starts
+are ``kafka_group_records.locations``' (shared with ``kgo snapshot|restore|compact``, which
+check before they start a job at all).
 
 JSON documents (manifests, checkpoints, audits) go through Hadoop's ``FileSystem`` API, so they
 land wherever the Parquet lands, whatever the scheme.
+
+A job writes into a staging directory beside its location (``.<name>.partial-<id>``) and
+moves it into place only once everything is written (``staged``): a job that fails or is
+interrupted leaves nothing at its location, and an overwritten snapshot stays whole until the
+new one replaces it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
-import urllib.parse
-from collections.abc import Iterable
-from pathlib import Path
+import uuid
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kafka_group_jobs import errors
+from kafka_group_records import locations
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PVC_MOUNT_ROOT = "/mnt/kgo"
+PVC_MOUNT_ROOT = locations.PVC_MOUNT_ROOT
+spark_path = locations.spark_path
+local_path = locations.local_path
 
 
-def spark_path(uri: str) -> str:
-    """The Hadoop path of a storage URI."""
-    if uri.startswith("pvc://"):
-        return "file:" + PVC_MOUNT_ROOT + "/" + uri.removeprefix("pvc://").lstrip("/")
-    if uri.startswith("s3://"):
-        return "s3a://" + uri.removeprefix("s3://")
-    if "://" not in uri:
-        return "file:" + uri
-    return uri
-
-
-def local_path(uri: str) -> Path | None:
-    """The file-system path of a ``file:``, plain or ``pvc://`` URI; None for object stores."""
-    path = spark_path(uri)
-    if not path.startswith("file:"):
-        return None
-    return Path(urllib.parse.unquote(urllib.parse.urlsplit(path).path))
+def check_scheme(what: str, uri: str) -> None:
+    """Before Spark: ``uri`` is a path or names a supported scheme."""
+    problem = locations.scheme_problem(what, uri)
+    if problem is not None:
+        raise errors.UsageError(problem)
 
 
 def check_readable(what: str, uri: str, name: str) -> None:
     """Before Spark: the file ``name`` under a local ``uri`` exists (object stores: unchecked)."""
-    directory = local_path(uri)
-    if directory is not None and not (directory / name).is_file():
-        found = "no such directory" if not directory.exists() else f"no {name} in it"
-        raise errors.JobError(f"{what} {uri} not found: {found}")
+    check_scheme(what, uri)
+    problem = locations.readable_problem(what, uri, name)
+    if problem is not None:
+        raise errors.JobError(problem)
 
 
-def check_writable(uri: str) -> None:
-    """Before Spark: a local ``uri`` is, or can be made, a writable directory."""
-    path = local_path(uri)
-    if path is None:
-        return
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise errors.JobError(f"{uri}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise errors.JobError(f"{uri}: {existing} is not writable")
+def check_writable(uri: str, overwrite: bool = False, what: str = "output") -> None:
+    """Before Spark: a local ``uri`` is, or can be made, a writable directory, and holds
+    nothing yet unless ``overwrite``. Object stores are checked by Spark (``staged``)."""
+    check_scheme(what, uri)
+    problem = locations.writable_problem(what, uri, overwrite)
+    if problem is not None:
+        raise errors.JobError(problem)
 
 
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *parts])
+
+
+@contextlib.contextmanager
+def staged(spark: SparkSession, uri: str, overwrite: bool = False) -> Iterator[str]:
+    """A staging location beside ``uri`` to write into; moved to ``uri`` when the block ends,
+    removed when it raises (or is interrupted). ``uri`` that exists and holds something is
+    refused unless ``overwrite``, whose old content goes only once the new one is whole."""
+    path, fs = _hadoop(spark, uri)
+    if fs.exists(path) and not overwrite:
+        listing = fs.listStatus(path) if fs.getFileStatus(path).isDirectory() else [path]
+        if len(listing):
+            raise errors.JobError(
+                f"{uri} already exists and is not empty: choose another location, or pass "
+                "--overwrite to replace it"
+            )
+    staging_uri = locations.staging_name(uri, uuid.uuid4().hex[:12])
+    staging, _ = _hadoop(spark, staging_uri)
+    try:
+        yield staging_uri
+        if fs.exists(path):
+            fs.delete(path, True)
+        fs.mkdirs(path.getParent())
+        if not fs.rename(staging, path):
+            raise errors.JobError(f"could not move the written {staging_uri} to {uri}")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.delete(staging, True)
+        raise
 
 
 def write_json(spark: SparkSession, uri: str, document: Any) -> None:

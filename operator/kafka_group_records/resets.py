@@ -3,10 +3,14 @@
 Pure functions shared by ``kgo groups reset-offsets`` and ``import`` (and usable by the Spark
 restore job, whose DataFrame plan in ``kafka_group_jobs.transforms`` follows the same rules):
 
-* targets: ``earliest`` (log start), ``latest`` (log end), ``offset`` N, ``shift-by`` ±N from
-  the committed offset (refused for a partition without one, as Kafka's tool), ``datetime`` and
-  ``duration`` (the first offset at or after a time, the log end when nothing is that new),
-  and ``file`` (offsets given per partition);
+* targets: ``earliest`` (log start), ``latest`` (log end), ``current`` (the committed offset,
+  the log end for a partition without one, as Kafka's ``--to-current``), ``offset`` N,
+  ``shift-by`` ±N from the committed offset (refused for a partition without one, as Kafka's
+  tool), ``datetime`` and ``duration`` (the first offset at or after a time, the log end when
+  nothing is that new), and ``file`` (offsets given per partition);
+* a time must name its zone: ``kafka-consumer-groups.sh`` reads one without a zone as UTC,
+  which a reader of the command line cannot tell from local time, so it is refused here with
+  the two ways to write it;
 * every requested offset outside ``[earliest, latest]`` is clamped into it and the clamp is
   reported, as Kafka's tool warns "New offset (...) is higher than latest offset";
 * the CSV of ``kafka-consumer-groups.sh --export`` for one group: ``topic,partition,offset``
@@ -19,11 +23,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 TopicPartition = tuple[str, int]
 
-RESET_KINDS = ("earliest", "latest", "offset", "shift-by", "datetime", "duration", "file")
+RESET_KINDS = (
+    "earliest",
+    "latest",
+    "current",
+    "offset",
+    "shift-by",
+    "datetime",
+    "duration",
+    "file",
+)
 
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 
@@ -38,13 +51,17 @@ def parse_duration_ms(text: str) -> int:
 
 
 def parse_time_ms(text: str) -> int:
-    """Milliseconds since the epoch of an ISO-8601 time (UTC when it names no zone)."""
+    """Milliseconds since the epoch of an ISO-8601 time that names its zone (``Z`` or
+    ``±hh:mm``); one without a zone is refused (see the module docstring)."""
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"not an ISO-8601 time (e.g. 2026-11-21T12:00:00Z): {text!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        raise ValueError(
+            f"the time {text!r} names no zone: write {text}Z for UTC or {text}+01:00 for an "
+            "offset from it (kafka-consumer-groups.sh would read it as UTC, not local time)"
+        )
     return int(moment.timestamp() * 1000)
 
 
@@ -112,6 +129,8 @@ def plan_reset(
             requested = earliest
         elif kind == "latest":
             requested = latest
+        elif kind == "current":
+            requested = latest if current is None else current
         elif kind == "offset":
             assert value is not None
             requested = value
@@ -132,7 +151,11 @@ def plan_reset(
         else:  # datetime, duration
             found = (time_offsets or {}).get((topic, partition))
             requested = latest if found is None else found
-        new, clamped = clamp(requested, earliest, latest)
+        if kind == "current":
+            # Kafka checks no range here: the group stays exactly where it is.
+            new, clamped = requested, None
+        else:
+            new, clamped = clamp(requested, earliest, latest)
         planned.append(PlannedOffset(topic, partition, current, requested, new, clamped))
     return planned
 

@@ -121,17 +121,6 @@ def test_commit_decodes_offsets_and_admin_identity() -> None:
             {
                 "memberId": "m",
                 "memberEpoch": 1,
-                "offsets": [
-                    {"topic": "t", "partition": 0, "offset": 1},
-                    {"topic": "t", "partition": 0, "offset": 2},
-                ],
-            },
-            "committed twice",
-        ),
-        (
-            {
-                "memberId": "m",
-                "memberEpoch": 1,
                 "offsets": [{"topic": "t", "partition": 0, "offset": 1, "metadata": 7}],
             },
             "'offsets[0].metadata' must be a string",

@@ -198,11 +198,12 @@ def test_watched_namespaces_get_roles_not_cluster_rights() -> None:
         ("apiextensions.k8s.io", "customresourcedefinitions"),
         ("", "namespaces"),
     }
-    # Beside the operator's own Leases role (tests/chart/test_lease_rbac.py).
+    # Beside the operator's own Leases role (tests/chart/test_lease_rbac.py) and the Spark
+    # driver's (tests/chart/test_chart_defaults.py).
     roles = [
         doc
         for doc in docs
-        if doc["kind"] == "Role" and not doc["metadata"]["name"].endswith("-leases")
+        if doc["kind"] == "Role" and not doc["metadata"]["name"].endswith(("-leases", "-spark"))
     ]
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["billing", "shop"]
     assert ("", "secrets") in _rules(roles[0])

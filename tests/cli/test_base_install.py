@@ -79,6 +79,8 @@ def test_version() -> None:
         (["operator"], "operator"),
         (["demo"], "demo"),
         (["dev", "up"], "demo"),
+        (["snapshot", "shop.orders", "--location", "snaps/1"], "spark"),
+        (["restore", "--help"], "spark"),
     ],
     ids=" ".join,
 )

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,7 +96,7 @@ def test_a_half_down_setup_is_stopped_and_started_again(tmp_path: Path) -> None:
         second = kgo("dev", "up", env=env)
         assert second.code == 0, second.stderr
         assert second.stderr.splitlines()[0] == (
-            "kgo dev: the last setup is half down (coordinator exited); starting again"
+            "kgo dev: the last setup is half down (coordinator not running); starting again"
         )
         assert not dev.running(state["broker"]["pid"], dev.PARTS["broker"])
         assert (
@@ -100,6 +105,78 @@ def test_a_half_down_setup_is_stopped_and_started_again(tmp_path: Path) -> None:
         )
     finally:
         assert kgo("dev", "down", env=env).code == 0
+
+
+def test_up_while_up_with_another_setup_is_refused_and_an_empty_name_too(tmp_path: Path) -> None:
+    env = {"KGO_DEV_DIR": str(tmp_path)}
+    empty = kgo("dev", "up", "--group", "", env=env)
+    assert (empty.code, empty.stdout, empty.stderr) == (
+        2,
+        "",
+        "kgo dev up: --group must not be empty\n",
+    )
+    assert not (tmp_path / "dev.json").exists()
+    up = kgo("dev", "up", env=env)
+    assert up.code == 0, up.stderr
+    try:
+        other = kgo("dev", "up", "--group", "billing", "--topic", "orders", env=env)
+        assert (other.code, other.stdout, other.stderr) == (
+            1,
+            "",
+            "kgo dev up: already up with group shop.orders, not --group billing: 'kgo dev "
+            "down' first to start another setup\n",
+        )
+        same = kgo("dev", "up", "--group", "shop.orders", env=env)
+        assert (same.code, parse_exports(same.stdout)) == (0, parse_exports(up.stdout))
+    finally:
+        assert kgo("dev", "down", env=env).code == 0
+
+
+def _started_broker(directory: Path, process: subprocess.Popen[str]) -> int:
+    """The broker's pid, once ``kgo dev up`` has recorded it."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "the broker was never recorded"
+        assert process.poll() is None, process.communicate()
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            pid: int = json.loads((directory / "dev.json").read_text())["broker"]["pid"]
+            return pid
+        time.sleep(0.02)
+
+
+def _up(directory: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kafka_group_operator", "dev", "up"],
+        env={**os.environ, "KGO_DEV_DIR": str(directory)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_ctrl_c_during_up_leaves_nothing_behind(tmp_path: Path) -> None:
+    process = _up(tmp_path)
+    broker = _started_broker(tmp_path, process)
+    process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    stdout, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stdout, stderr) == (
+        130,
+        "",
+        "kgo dev up: interrupted: stopped what had started\n",
+    )
+    assert not dev.running(broker, dev.PARTS["broker"])
+    assert not (tmp_path / "dev.json").exists()
+
+
+def test_down_stops_what_a_killed_up_had_started(tmp_path: Path) -> None:
+    process = _up(tmp_path)
+    broker = _started_broker(tmp_path, process)
+    process.kill()  # no chance to clean up
+    process.communicate()
+    assert dev.running(broker, dev.PARTS["broker"])
+    down = kgo("dev", "down", env={"KGO_DEV_DIR": str(tmp_path)})
+    assert (down.code, down.stderr) == (0, f"kgo dev: stopped the broker (pid {broker})\n")
+    assert not dev.running(broker, dev.PARTS["broker"])
 
 
 def test_running_refuses_a_pid_that_is_not_the_process_started(tmp_path: Path) -> None:

@@ -22,11 +22,17 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
     ([], USAGE, r"kgo: the following arguments are required: COMMAND \(see 'kgo --help'\)"),
     (["nosuch"], USAGE, r"kgo: argument COMMAND: invalid choice: 'nosuch' \(choose from .*"),
     (["--nosuch"], USAGE, r"kgo: the following arguments are required: COMMAND .*"),
+    (["describe"], USAGE, r"kgo describe: name the group: GROUP or --group GROUP"),
+    (["describe", "--group", ""], USAGE, r"kgo describe: the group id must not be empty"),
     (
-        ["describe"],
+        ["describe", "a", "--group", "b"],
         USAGE,
-        r"kgo describe: the following arguments are required: group "
-        r"\(see 'kgo describe --help'\)",
+        r"kgo describe: one group at a time, not 'a', 'b'",
+    ),
+    (
+        ["describe", "g", "--json"],
+        USAGE,
+        r"kgo: unrecognized arguments: --json \(see 'kgo --help'\)",
     ),
     (
         ["describe", "g", "--coordinator", "ftp://x"],
@@ -63,7 +69,8 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
     (
         ["groups", "reset-offsets", "g", "--topic", "orders"],
         USAGE,
-        r"kgo groups reset-offsets: one of the arguments --to-earliest --to-latest --to-offset "
+        r"kgo groups reset-offsets: one of the arguments --to-earliest --to-latest --to-current "
+        r"--to-offset "
         r"--to-datetime --by-duration --shift-by --from-file is required .*",
     ),
     (
@@ -128,7 +135,51 @@ WITHOUT_SERVICES: list[tuple[list[str], int, str]] = [
     (
         ["groups", "wait", "g", "--members", "-1"],
         USAGE,
-        r"kgo groups wait: --members must be >= 0 and --timeout > 0",
+        r"kgo groups wait: --members must be >= 0",
+    ),
+    (
+        ["groups", "wait", "g", "--members", "1", "--timeout", "soon"],
+        USAGE,
+        r"kgo groups wait: argument --timeout: not a duration \(5000, 5000ms, 30s, 2m\): "
+        r"'soon' .*",
+    ),
+    (
+        ["groups", "describe"],
+        USAGE,
+        r"kgo groups describe: name the group: GROUP or --group GROUP or --all-groups",
+    ),
+    (
+        ["groups", "describe", "g", "--all-groups"],
+        USAGE,
+        r"kgo groups describe: --all-groups and a group name exclude each other",
+    ),
+    (
+        ["groups", "--describe", "--delete", "--group", "g"],
+        USAGE,
+        r"kgo groups: Command must include exactly one action: --list, --describe, "
+        r"--reset-offsets, --delete, --delete-offsets",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-datetime", "2026-11-21T12:00:00", "--topic", "t"],
+        USAGE,
+        r"kgo groups reset-offsets: the time '2026-11-21T12:00:00' names no zone: write "
+        r"2026-11-21T12:00:00Z for UTC or 2026-11-21T12:00:00\+01:00 for an offset from it "
+        r"\(kafka-consumer-groups.sh would read it as UTC, not local time\)",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--topic", "t", "--wait"],
+        USAGE,
+        r"kgo groups reset-offsets: --wait waits to write: it needs --execute",
+    ),
+    (
+        ["groups", "reset-offsets", "g", "--to-earliest", "--topic", "t", "--export", "-o", "json"],
+        USAGE,
+        r"kgo groups reset-offsets: --export prints Kafka's CSV: it excludes -o",
+    ),
+    (
+        ["groups", "delete-offsets", "g"],
+        USAGE,
+        r"kgo groups delete-offsets: name the offsets to delete: --topic T\[:P,...\]",
     ),
     (
         ["coordinator", "--bootstrap", "127.0.0.1:1", "--tokens", "{tmp}/tokens.json"],
@@ -200,10 +251,12 @@ def test_wrong_invocation(argv: list[str], code: int, pattern: str, tmp_path: Pa
 # Against a running `kgo dev up`: its environment, with the changes given.
 WITH_SERVICES: list[tuple[list[str], int, str]] = [
     (
+        # Whether other.group exists is told only to its token's holder; the token's own
+        # group is named, which is the caller's to know.
         ["groups", "describe", "other.group"],
         RUNTIME,
         r"kgo groups describe: GROUP_AUTHORIZATION_FAILED: the token is not valid for group "
-        r"'other.group'",
+        r"'other.group' \(this token is for 'shop.orders'\)",
     ),
     (
         ["groups", "describe", "shop.orders", "--token", "wrong"],
@@ -233,10 +286,29 @@ WITH_SERVICES: list[tuple[list[str], int, str]] = [
         r"no current committed offset",
     ),
     (
-        ["groups", "wait", "shop.orders", "--members", "2", "--timeout", "1"],
+        ["groups", "wait", "shop.orders", "--members", "2", "--timeout", "1s"],
         RUNTIME,
         r"kgo groups wait: group shop.orders did not settle with 2 member\(s\) within 1s "
         r"\(last: 0 member\(s\), state Empty\)",
+    ),
+    (
+        # A wrong token opens no group: refused, not an empty list.
+        ["groups", "list", "--token", "wrong"],
+        RUNTIME,
+        r"kgo groups list: GROUP_AUTHORIZATION_FAILED: the token is not valid for any group "
+        r"this coordinator serves",
+    ),
+    (
+        ["groups", "list", "--token", ""],
+        RUNTIME,
+        r"kgo groups list: the coordinator at http://127.0.0.1:\d+ needs a token: pass --token "
+        r"or set KGO_GROUP_TOKEN",
+    ),
+    (
+        ["describe", "shop.orders", "--token", ""],
+        RUNTIME,
+        r"kgo describe: the coordinator at http://127.0.0.1:\d+ needs a token: pass --token "
+        r"or set KGO_GROUP_TOKEN",
     ),
 ]
 
@@ -280,3 +352,42 @@ def test_the_example_consumer_without_its_environment_is_one_line() -> None:
         "",
         "consumer: environment variable KGO_GROUP_ID is not set\n",
     )
+
+
+# Modules that take a second or more to import; a wrong invocation must fail before any.
+HEAVY = ("kopf", "aiohttp", "kubernetes_asyncio", "pyspark", "confluent_kafka", "uvloop")
+PROBE = """
+import sys
+from kafka_group_operator import cli
+try:
+    code = cli.main(sys.argv[1:])
+except SystemExit as exit:  # argparse's errors
+    code = exit.code
+print(" ".join(name for name in {heavy!r} if name in sys.modules))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["operator", "--nosuch"],
+        ["coordinator", "--bootstrap", "127.0.0.1:1", "--port", "70000"],
+        ["gateway", "--nosuch"],
+        ["dev", "up", "--partitions", "0"],
+        ["groups", "reset-offsets", "g", "--to-datetime", "2026-11-21T12:00", "--topic", "t"],
+        ["groups", "describe"],
+        ["describe", "--group", ""],
+    ],
+    ids=" ".join,
+)
+def test_a_wrong_invocation_fails_before_any_heavy_import(argv: list[str]) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert run.returncode == USAGE, run.stderr
+    assert run.stdout == "\n", f"imported before failing: {run.stdout}"

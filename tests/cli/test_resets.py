@@ -77,10 +77,30 @@ def test_malformed_durations_are_refused(text: str) -> None:
         resets.parse_duration_ms(text)
 
 
-def test_times_without_a_zone_are_utc() -> None:
-    assert resets.parse_time_ms("1970-01-01T00:00:01") == 1000
+def test_times_name_their_zone() -> None:
     assert resets.parse_time_ms("1970-01-01T01:00:01+01:00") == 1000
     assert resets.parse_time_ms("1970-01-01T00:00:01.500Z") == 1500
+    # Kafka's own format (Utils.getDateTime: yyyy-MM-dd'T'HH:mm:ss.SSS and a zone).
+    assert resets.parse_time_ms("1970-01-01T00:00:01.000+00:00") == 1000
+
+
+def test_a_time_without_a_zone_is_refused_not_guessed() -> None:
+    # Kafka's Utils.getDateTime appends "Z" to a time without a zone (UTC), which a reader
+    # of the command takes for local time: neither is guessed here.
+    with pytest.raises(ValueError, match=r"^the time '2026-11-21T12:00:00' names no zone: "):
+        resets.parse_time_ms("2026-11-21T12:00:00")
+
+
+def test_to_current_keeps_the_committed_offset_unclamped_else_the_log_end() -> None:
+    # ConsumerGroupCommand --to-current: the committed offset as it is (no range check), the
+    # log end for a partition without one. A committed offset past the log end a broker
+    # reports stays.
+    assert resets.plan_reset(
+        "current", {("t", 0): (10, 20), ("t", 1): (0, 20)}, {("t", 0): 30}
+    ) == [
+        PlannedOffset("t", 0, 30, 30, 30, None),
+        PlannedOffset("t", 1, None, 20, 20, None),
+    ]
 
 
 @pytest.mark.parametrize(

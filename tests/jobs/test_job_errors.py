@@ -2,17 +2,20 @@
 
 Each job runs as ``python -m kafka_group_jobs.<job>``, the way spark-submit, the operator and
 people run it. Usage errors exit 2, runtime errors 1, with exactly one line on stderr and
-nothing on stdout. None of these starts Spark: its start alone writes several lines of its own
-to stderr, so the one-line assertion fails if a check comes too late.
+nothing on stdout. None of these starts Spark: a JVM a job starts writes its output to a log
+file in the temporary directory, which a failure keeps, so ``run_job`` fails if one appears in
+the job's own temporary directory (a check that came too late).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,13 +31,19 @@ REFUSED = "127.0.0.1:1"  # nothing listens on port 1 of loopback
 
 
 def run_job(job: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """The job in a new interpreter, with a temporary directory of its own: no Spark log may
+    appear in it (Spark was never started)."""
+    with tempfile.TemporaryDirectory(prefix="kgo-job-") as scratch:
+        done = subprocess.run(
+            [sys.executable, "-m", f"kafka_group_jobs.{job}", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "TMPDIR": scratch},
+        )
+        assert not list(Path(scratch).glob("kgo-spark-*")), "Spark was started"
+    return done
 
 
 def assert_one_line(
@@ -124,10 +133,11 @@ WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
     (
         # Only the coordinator writes the state topic: no fallback that appends commits.
         "restore",
-        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest"],
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "earliest", "--execute"],
         "a restore is applied by the coordinator, and none was named: start one (in a cluster"
         " the operator is one; locally `kgo coordinator --bootstrap B --topic T --tokens FILE`)"
-        " and pass --coordinator-url URL with the group's --token, or use --dry-run to only plan",
+        " and pass --coordinator-url URL with the group's --token, or leave out --execute to"
+        " only plan",
         1,
     ),
     (
@@ -146,6 +156,27 @@ WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
         "snapshot",
         ["--bootstrap", REFUSED, "--group", "g"],
         "the following arguments are required: --output",
+        2,
+    ),
+    (
+        # Hadoop knows ftp://, and a job found out minutes later by timing out.
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "g", "--output", "ftp://host/snaps"],
+        "output ftp://host/snaps: the scheme 'ftp' is not a supported storage (file://, pvc://,"
+        " s3a://, s3://, hdfs://, gs://, abfs://, abfss://, or a path)",
+        2,
+    ),
+    (
+        # Writable by permissions (as root), not in fact: the check writes.
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "g", "--output", "file:///sys/kgo-snapshot"],
+        "output file:///sys/kgo-snapshot: cannot write in /sys: Permission denied",
+        1,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "g", "--to", "latest", "--dry-run", "--execute"],
+        "argument --execute: not allowed with argument --dry-run",
         2,
     ),
     (
@@ -199,8 +230,30 @@ def test_an_output_under_a_file_fails_before_spark(tmp_path: Path) -> None:
     output = (tmp_path / "taken" / "snap").as_uri()
     done = run_job("snapshot", "--bootstrap", REFUSED, "--group", "g", "--output", output)
     assert_one_line(
-        done, "snapshot", f"{output}: {tmp_path / 'taken'} is a file, not a directory", 1
+        done, "snapshot", f"output {output}: {tmp_path / 'taken'} is a file, not a directory", 1
     )
+
+
+def test_a_snapshot_is_never_overwritten_unless_asked(tmp_path: Path) -> None:
+    (tmp_path / "nightly").mkdir()
+    (tmp_path / "nightly" / "manifest.json").write_text("{}")
+    output = (tmp_path / "nightly").as_uri()
+    snapshot = ["--bootstrap", REFUSED, "--group", "g", "--output", output]
+    assert_one_line(
+        run_job("snapshot", *snapshot),
+        "snapshot",
+        f"output {output} already exists and is not empty: choose another location, or pass"
+        " --overwrite to replace it",
+        1,
+    )
+    # Asked for, the location passes: the next check (the broker) is what fails here.
+    assert_one_line(
+        run_job("snapshot", *snapshot, "--overwrite"),
+        "snapshot",
+        "cannot reach any Kafka bootstrap server (127.0.0.1:1: Connection refused)",
+        1,
+    )
+    assert (tmp_path / "nightly" / "manifest.json").read_text() == "{}"
 
 
 @pytest.mark.broker
@@ -268,7 +321,7 @@ def test_the_coordinator_refuses_before_spark_starts(coordinated: demo.LocalGrou
     group.start_member("orders-0")
     group.wait_settled({"orders-0"}, timeout=60)
     assert_one_line(
-        restore_through(group, "--token", group.token),
+        restore_through(group, "--token", group.token, "--execute"),
         "restore",
         f"group {group.group!r} has 1 active members (state Stable): the coordinator takes a"
         " restore only while the group is empty or paused for a reset; stop the members (scale"

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from kafka_group_jobs import session
 
@@ -39,8 +40,12 @@ def test_only_a_local_job_without_an_archive_records_one(
     old = time.time() - session.STALE_RECORDING_S - 60
     os.utime(stale, (old, old))
 
-    assert session._archive_to_record(None) is None
     assert session._archive_to_record("k8s://https://api:6443") is None
+    # Under spark-submit the master is the submit command's; run directly, the default one
+    # is local.
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
+    assert session._archive_to_record(None) is None
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
     recording = session._archive_to_record("local[2]")
     assert recording is not None
     assert recording.parent == tmp_path
@@ -51,3 +56,22 @@ def test_only_a_local_job_without_an_archive_records_one(
     assert session._archive_to_record("local[2]") is None
     monkeypatch.setenv(session.ARCHIVE_ENV, "off")
     assert session._archive_to_record("local[2]") is None
+
+
+@pytest.mark.spark
+def test_run_directly_a_job_is_on_the_tuned_local_master_with_no_ui(spark: SparkSession) -> None:
+    """Without --master: local Spark tuned to start fast, no web UI (nothing listens beyond
+    the driver's own ports, which are on loopback), no console bar over the job's progress,
+    and the JVM's output in a log file, not on the terminal."""
+    context = spark.sparkContext
+    assert context.master == session.DEFAULT_MASTER == "local[2]"
+    assert context.uiWebUrl is None
+    conf = dict(context.getConf().getAll())
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.ui.showConsoleProgress"] == "false"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert "-XX:TieredStopAtLevel=1" in conf["spark.driver.extraJavaOptions"].split()
+    assert conf["spark.driver.host"] in ("127.0.0.1", "localhost")
+    log = session._log
+    assert log is not None
+    assert "Spark" in log.read_text(errors="replace")  # its start-up lines went there

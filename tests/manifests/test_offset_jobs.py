@@ -24,7 +24,7 @@ def test_snapshot_arguments_and_location() -> None:
     )
     assert arguments == [
         "--bootstrap", "k:9092", "--topic", "state", "--group", "shop.pay",
-        "--output", "s3a://bucket/snaps/shop/nightly", "--allow-empty",
+        "--output", "s3a://bucket/snaps/shop/nightly", "--allow-empty", "--overwrite",
         "--as-of", "2026-01-01T00:00:00Z",
     ]  # fmt: skip
 
@@ -197,6 +197,7 @@ def test_scheduled_compaction_runs_into_its_own_checkpoint_directory() -> None:
         "state",
         "--output",
         "s3a://b/ckpt/checkpoint-20261122T030000Z",
+        "--overwrite",
     ]
 
 

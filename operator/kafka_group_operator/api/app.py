@@ -60,6 +60,14 @@ class Coordinator(Protocol):
 
     async def describe_group(self, group_id: str) -> messages.GroupDescription: ...
 
+    async def delete_offsets(
+        self, request: messages.OffsetDeleteRequest
+    ) -> messages.OffsetDeleteResponse: ...
+
+    async def delete_group(self, request: messages.DeleteGroupRequest) -> None: ...
+
+    async def group_owner(self, group_id: str) -> messages.GroupOwner | None: ...
+
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]: ...
 
     async def group_lag_report(self, group_id: str) -> coordinator_runtime.GroupLag:
@@ -225,6 +233,37 @@ async def _fetch(request: web.Request) -> web.Response:
     return web.json_response(wire.encode_fetch(response))
 
 
+async def _delete_offsets(request: web.Request) -> web.Response:
+    """Kafka's OffsetDelete: ``?partition=topic:0&partition=topic:1`` (at least one)."""
+    query: Mapping[str, list[str]] = {
+        key: request.query.getall(key) for key in set(request.query.keys())
+    }
+    delete = wire.decode_offset_delete(_group(request), query)
+    coordinator = _coordinator(request)
+    response = await _served(request, delete.group_id, lambda: coordinator.delete_offsets(delete))
+    return web.json_response(wire.encode_offset_delete(response))
+
+
+async def _delete_group(request: web.Request) -> web.Response:
+    """Kafka's DeleteGroups for one group: its offsets and membership go; refused while it
+    has members (NON_EMPTY_GROUP), or when a ConsumerGroup resource owns it."""
+    group = _group(request)
+    coordinator = _coordinator(request)
+
+    async def delete() -> None:
+        owner = await coordinator.group_owner(group)
+        if owner is not None:
+            # Its lifecycle is the resource's: deleting the group is deleting the resource.
+            raise errors.GroupAuthorizationFailed(
+                f"group {group!r} is managed by ConsumerGroup {owner.namespace}/{owner.name}: "
+                "delete that resource instead"
+            )
+        await coordinator.delete_group(messages.DeleteGroupRequest(group))
+
+    await _served(request, group, delete)
+    return web.json_response({"groupId": group, "deleted": True})
+
+
 async def _describe(request: web.Request) -> web.Response:
     group = _group(request)
     coordinator = _coordinator(request)
@@ -245,12 +284,14 @@ async def _list(request: web.Request) -> web.Response:
             "missing bearer token: send 'Authorization: Bearer <a group token>'"
         )
     listed = []
+    authorized = store is None
     for group_id in await coordinator.list_groups():
         if store is not None:
             try:
                 tokens.authorize(store, group_id, presented)
             except errors.GroupAuthorizationFailed:
                 continue
+            authorized = True
         try:
             description = await coordinator.describe_group(group_id)
         except errors.GroupIdNotFound:  # expired or deleted since it was listed
@@ -263,6 +304,12 @@ async def _list(request: web.Request) -> web.Response:
                 "groupEpoch": description.group_epoch,
                 "assignor": description.assignor,
             }
+        )
+    if not authorized:
+        # A token that opens no group is a wrong token, not an empty list (Kafka refuses a
+        # principal without DESCRIBE on any group the same way for a named group).
+        raise errors.GroupAuthorizationFailed(
+            "the token is not valid for any group this coordinator serves"
         )
     return web.json_response({"groups": listed})
 
@@ -322,13 +369,16 @@ def build_app(
         app[TOKENS_KEY] = token_store
     if directory is not None:
         app[DIRECTORY_KEY] = directory
-    app[_OPENAPI_KEY] = json.dumps(openapi.document()).encode()
+    # The document of this server: its security is the one it runs with.
+    app[_OPENAPI_KEY] = json.dumps(openapi.document(token_store is not None)).encode()
     app.router.add_post("/v1/groups/{group}/heartbeat", _heartbeat)
     app.router.add_post("/v1/groups/{group}/offsets", _commit)
     app.router.add_get("/v1/groups/{group}/offsets", _fetch)
+    app.router.add_delete("/v1/groups/{group}/offsets", _delete_offsets)
     app.router.add_post("/v1/groups/{group}/read-fence", _read_fence)
     app.router.add_get("/v1/groups/{group}/coordinator", _find_coordinator)
     app.router.add_get("/v1/groups/{group}", _describe)
+    app.router.add_delete("/v1/groups/{group}", _delete_group)
     if internal_coordinator is not None:
         if not internal_token:
             raise ValueError("the internal API needs an internal token")

@@ -293,6 +293,7 @@ def _encode_member(member: messages.MemberDescription) -> Json:
         "clientId": member.client_id,
         "clientHost": member.client_host,
         "classic": member.classic,
+        "sessionExpiresInMs": member.session_expires_in_ms,
     }
 
 
@@ -320,7 +321,14 @@ def _decode_member(value: object, name: str) -> messages.MemberDescription:
         client_id=_string(body.get("clientId", ""), f"{name}.clientId"),
         client_host=_string(body.get("clientHost", ""), f"{name}.clientHost"),
         classic=classic,
+        session_expires_in_ms=_optional_integer(
+            body.get("sessionExpiresInMs"), f"{name}.sessionExpiresInMs"
+        ),
     )
+
+
+def _optional_integer(value: object, name: str) -> int | None:
+    return None if value is None else _integer(value, name, 0)
 
 
 def encode_description(description: messages.GroupDescription) -> Json:
@@ -330,6 +338,7 @@ def encode_description(description: messages.GroupDescription) -> Json:
         "groupEpoch": description.group_epoch,
         "assignmentEpoch": description.assignment_epoch,
         "assignor": description.assignor,
+        "sessionTimeoutMs": description.session_timeout_ms,
         "members": [_encode_member(member) for member in description.members],
     }
 
@@ -345,6 +354,7 @@ def decode_description(value: object) -> messages.GroupDescription:
         group_epoch=_integer(body.get("groupEpoch"), "groupEpoch"),
         assignment_epoch=_integer(body.get("assignmentEpoch"), "assignmentEpoch"),
         assignor=_string(body.get("assignor"), "assignor"),
+        session_timeout_ms=_optional_integer(body.get("sessionTimeoutMs"), "sessionTimeoutMs"),
         members=tuple(
             _decode_member(member, f"members[{index}]") for index, member in enumerate(members)
         ),

@@ -1,14 +1,23 @@
 """The OpenAPI 3.1 document of the member API, served at ``/openapi.json``.
 
 Kept next to ``wire`` (which implements these shapes) and checked against it by the tests:
-the document validates as OpenAPI 3.1, and every reply the server sends conforms to the
-schema declared for it.
+the document validates as OpenAPI 3.1, and schemathesis, with all of its checks, finds no
+difference between it and the server (tests/api/test_fuzz.py): every reply conforms to the
+schema declared for it, and every request valid by the document is accepted.
+
+The document is the running server's: with group tokens (``authenticated``) every group
+operation needs the group's bearer token and may answer 401 and 403; without, it declares no
+security. Rules JSON Schema can state are in the schemas, not only in prose: the assignors
+the coordinator offers (an enum), ``memberId`` and ``memberEpoch`` of an offset fetch given
+together (one query object, ``dependentRequired``), no owned partitions when joining
+(``if``/``then``), and partition numbers within INT32 (the query pattern).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kafka_group_operator import assignors
 from kafka_group_operator.api import wire
 from kafka_group_operator.coordinator import errors
 
@@ -119,16 +128,26 @@ _SCHEMAS: dict[str, Schema] = {
             },
             "subscribedTopicNames": {"type": ["array", "null"], "items": _NAME},
             "serverAssignor": {
-                **_nullable(_NAME),
-                "description": "An assignor the coordinator offers (UNSUPPORTED_ASSIGNOR "
-                "otherwise).",
+                "enum": [*sorted(assignors.ASSIGNORS), None],
+                "description": "One of the assignors the coordinator offers, or null for the "
+                "group's (any other name is UNSUPPORTED_ASSIGNOR).",
             },
             "ownedPartitions": {
                 "oneOf": [_ref("Partitions"), {"type": "null"}],
                 "description": "Partitions the member owns now; null when unchanged. Must be "
-                "empty or null when joining (memberEpoch 0).",
+                "empty ({}) or null when joining (memberEpoch 0).",
             },
             "clientId": {"type": ["string", "null"], "maxLength": wire.MAX_NAME_LENGTH},
+        },
+        # Joining (memberEpoch 0), a member owns nothing yet (Kafka's "TopicPartitions must be
+        # empty when (re-)joining").
+        "if": {"required": ["memberEpoch"], "properties": {"memberEpoch": {"const": 0}}},
+        "then": {
+            "properties": {
+                "ownedPartitions": {
+                    "oneOf": [{"type": "object", "maxProperties": 0}, {"type": "null"}]
+                }
+            }
         },
     },
     "HeartbeatResponse": {
@@ -158,8 +177,8 @@ _SCHEMAS: dict[str, Schema] = {
             "offsets": {
                 "type": "array",
                 "minItems": 1,
-                "description": "At most one entry per topic and partition: a partition "
-                "committed twice in one request is an INVALID_REQUEST.",
+                "description": "A partition given twice is committed once, at its last "
+                "entry, as Kafka's OffsetCommit and the coordinator's Kafka listener do.",
                 "items": {
                     "type": "object",
                     "additionalProperties": False,
@@ -231,6 +250,7 @@ _SCHEMAS: dict[str, Schema] = {
             "groupEpoch",
             "assignmentEpoch",
             "assignor",
+            "sessionTimeoutMs",
             "members",
             "lag",
             "totalLag",
@@ -242,6 +262,10 @@ _SCHEMAS: dict[str, Schema] = {
             "groupEpoch": {"type": "integer"},
             "assignmentEpoch": {"type": "integer"},
             "assignor": {"type": "string"},
+            "sessionTimeoutMs": {
+                **_nullable({"type": "integer", "minimum": 0}),
+                "description": "How long a member that stops heartbeating stays in the group.",
+            },
             "members": {"type": "array", "items": _ref("MemberDescription")},
             "lag": {
                 "type": "array",
@@ -278,6 +302,7 @@ _SCHEMAS: dict[str, Schema] = {
             "partitionsPendingRevocation",
             "clientId",
             "clientHost",
+            "sessionExpiresInMs",
         ],
         "properties": {
             "memberId": {"type": "string"},
@@ -294,7 +319,38 @@ _SCHEMAS: dict[str, Schema] = {
                 "type": "string",
                 "description": "The address the member's last heartbeat came from.",
             },
+            "sessionExpiresInMs": {
+                **_nullable({"type": "integer", "minimum": 0}),
+                "description": "Time left before the member's session times out and the "
+                "coordinator removes it, unless it heartbeats again.",
+            },
         },
+    },
+    "OffsetDeleteResponse": {
+        "type": "object",
+        "required": ["errors"],
+        "properties": {
+            "errors": {
+                "type": "array",
+                "description": "Partitions whose offsets were kept (GROUP_SUBSCRIBED_TO_TOPIC "
+                "while a member subscribes to the topic); empty when all went.",
+                "items": {
+                    "type": "object",
+                    "required": ["topic", "partition", "error", "code"],
+                    "properties": {
+                        "topic": {"type": "string"},
+                        "partition": {"type": "integer"},
+                        "error": {"type": "string"},
+                        "code": {"type": "integer"},
+                    },
+                },
+            }
+        },
+    },
+    "GroupDeleted": {
+        "type": "object",
+        "required": ["groupId", "deleted"],
+        "properties": {"groupId": {"type": "string"}, "deleted": {"const": True}},
     },
     "GroupListing": {
         "type": "object",
@@ -360,14 +416,19 @@ def _json(schema: Schema) -> Schema:
     return {"application/json": {"schema": schema}}
 
 
-def _errors(*statuses: int) -> dict[str, Schema]:
+def _error_replies(*statuses: int, authenticated: bool = True) -> dict[str, Schema]:
+    """The error replies of ``statuses``; without tokens, no 401 or 403 (nothing to refuse)."""
+    if not authenticated:
+        statuses = tuple(status for status in statuses if status not in (401, 403))
     descriptions = {
         400: "Malformed request (INVALID_REQUEST) or an invalid value.",
         401: "No bearer token (GROUP_AUTHORIZATION_FAILED).",
-        403: "The token is not this group's (GROUP_AUTHORIZATION_FAILED).",
+        403: "The token is not this group's, or opens no group (GROUP_AUTHORIZATION_FAILED).",
         404: "Unknown group (GROUP_ID_NOT_FOUND).",
-        409: "Membership conflict: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, "
-        "STALE_MEMBER_EPOCH, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, ...",
+        409: "Conflict with the group's state: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, "
+        "STALE_MEMBER_EPOCH, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID, NON_EMPTY_GROUP, or "
+        "INVALID_REQUEST for a request the state refuses (a member id taken already, a dynamic "
+        "member leaving with epoch -2), ...",
         503: "Retry later: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, "
         "REQUEST_TIMED_OUT; or NOT_COORDINATOR, whose body names the group's coordinator "
         "(coordinator.url) to retry at.",
@@ -389,9 +450,15 @@ def _errors(*statuses: int) -> dict[str, Schema]:
     return answers
 
 
-# A topic name (any characters, colons included: the last colon splits), a colon, then one to
-# ten ASCII digits; wire also checks the number is at most INT32_MAX.
-_PARTITION_PATTERN = rf"^[\s\S]{{1,{wire.MAX_NAME_LENGTH}}}:[0-9]{{1,10}}$"
+# A topic name (any characters, colons included: the last colon splits), a colon, then a
+# partition number of ASCII digits (leading zeros allowed) at most INT32_MAX (2147483647):
+# up to nine digits, or ten that do not exceed it.
+_INT32_DIGITS = (
+    "[0-9]{1,9}|0[0-9]{9}|1[0-9]{9}|20[0-9]{8}|21[0-3][0-9]{7}|214[0-6][0-9]{6}"
+    "|2147[0-3][0-9]{5}|21474[0-7][0-9]{4}|214748[0-2][0-9]{3}|2147483[0-5][0-9]{2}"
+    "|21474836[0-3][0-9]|214748364[0-7]"
+)
+_PARTITION_PATTERN = rf"^[\s\S]{{1,{wire.MAX_NAME_LENGTH}}}:(?:{_INT32_DIGITS})$"
 
 _GROUP_PARAMETER: Schema = {
     "name": "group",
@@ -403,8 +470,26 @@ _GROUP_PARAMETER: Schema = {
 _AUTH_ERRORS = (400, 401, 403, 503)
 
 
-def document() -> Schema:
-    """The whole OpenAPI 3.1 document."""
+def document(authenticated: bool = True) -> Schema:
+    """The whole OpenAPI 3.1 document, of a server with group tokens (``authenticated``) or
+    without."""
+
+    def _errors(*statuses: int) -> dict[str, Schema]:
+        return _error_replies(*statuses, authenticated=authenticated)
+
+    security: Schema = (
+        {
+            "securitySchemes": {
+                "groupToken": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The group's token, from the Secret mounted into its pods.",
+                }
+            }
+        }
+        if authenticated
+        else {}
+    )
     return {
         "openapi": "3.1.0",
         "info": {
@@ -418,17 +503,8 @@ def document() -> Schema:
             "field (INT32, or INT64 for offsets). Every string must be valid Unicode: a lone "
             "UTF-16 surrogate escape such as \\ud800 is an INVALID_REQUEST.",
         },
-        "components": {
-            "schemas": _SCHEMAS,
-            "securitySchemes": {
-                "groupToken": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "The group's token, from the Secret mounted into its pods.",
-                }
-            },
-        },
-        "security": [{"groupToken": []}],
+        "components": {"schemas": _SCHEMAS, **security},
+        "security": [{"groupToken": []}] if authenticated else [],
         "paths": {
             "/v1/groups/{group}/heartbeat": {
                 "parameters": [_GROUP_PARAMETER],
@@ -479,16 +555,23 @@ def document() -> Schema:
                             "explode": True,
                         },
                         {
-                            "name": "memberId",
+                            # Two query parameters that go together: one exploded object.
+                            "name": "member",
                             "in": "query",
-                            "description": "Given with memberEpoch, to fetch as that member.",
-                            "schema": _NAME,
-                        },
-                        {
-                            "name": "memberEpoch",
-                            "in": "query",
-                            "description": "Given with memberId.",
-                            "schema": _int32(-1),
+                            "description": "memberId and memberEpoch, both or neither, once "
+                            "each (?memberId=m&memberEpoch=3): fetch as that member, fenced by "
+                            "its epoch.",
+                            "style": "form",
+                            "explode": True,
+                            "schema": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {"memberId": _NAME, "memberEpoch": _int32(-1)},
+                                "dependentRequired": {
+                                    "memberId": ["memberEpoch"],
+                                    "memberEpoch": ["memberId"],
+                                },
+                            },
                         },
                     ],
                     "responses": {
@@ -497,6 +580,34 @@ def document() -> Schema:
                             "content": _json(_ref("OffsetFetchResponse")),
                         },
                         **_errors(*_AUTH_ERRORS, 404, 409),
+                    },
+                },
+                "delete": {
+                    "operationId": "deleteOffsets",
+                    "summary": "Delete committed offsets (Kafka's OffsetDelete): refused per "
+                    "partition while a member subscribes to its topic.",
+                    "parameters": [
+                        {
+                            "name": "partition",
+                            "in": "query",
+                            "required": True,
+                            "description": "'topic:number' (ASCII digits, at most "
+                            f"{wire.INT32_MAX}), repeatable: the offsets to delete.",
+                            "schema": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {"type": "string", "pattern": _PARTITION_PATTERN},
+                            },
+                            "style": "form",
+                            "explode": True,
+                        }
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Deleted, except the partitions listed in errors.",
+                            "content": _json(_ref("OffsetDeleteResponse")),
+                        },
+                        **_errors(*_AUTH_ERRORS, 404),
                     },
                 },
             },
@@ -533,6 +644,19 @@ def document() -> Schema:
                         **_errors(*_AUTH_ERRORS, 404),
                     },
                 },
+                "delete": {
+                    "operationId": "deleteGroup",
+                    "summary": "Delete the group and its offsets (Kafka's DeleteGroups): refused "
+                    "while it has members (NON_EMPTY_GROUP), and for a group a ConsumerGroup "
+                    "resource owns (delete the resource instead).",
+                    "responses": {
+                        "200": {
+                            "description": "Deleted.",
+                            "content": _json(_ref("GroupDeleted")),
+                        },
+                        **_errors(*_AUTH_ERRORS, 404, 409),
+                    },
+                },
             },
             "/v1/groups/{group}/coordinator": {
                 "parameters": [_GROUP_PARAMETER],
@@ -555,13 +679,13 @@ def document() -> Schema:
                 "get": {
                     "operationId": "listGroups",
                     "summary": "The groups the coordinator holds (with tokens: those whose "
-                    "token the request presents).",
+                    "token the request presents; a token that opens none is refused).",
                     "responses": {
                         "200": {
                             "description": "The groups, by id.",
                             "content": _json(_ref("GroupListing")),
                         },
-                        **_errors(401, 503),
+                        **_errors(401, 403, 503),
                     },
                 },
             },

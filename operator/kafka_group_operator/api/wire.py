@@ -227,8 +227,9 @@ def decode_commit(group_id: str, value: object) -> messages.OffsetCommitRequest:
             _str(entry["topic"], f"{field}.topic"),
             _int(entry["partition"], f"{field}.partition", 0),
         )
-        if key in offsets:
-            raise errors.InvalidRequest(f"partition {key[0]}-{key[1]} is committed twice")
+        # A partition given twice counts at its last entry, as Kafka's OffsetCommit (whose
+        # records replay in order) and the coordinator's Kafka listener take it.
+        offsets.pop(key, None)
         offsets[key] = messages.CommitOffset(
             offset=_int(entry["offset"], f"{field}.offset", 0, INT64_MAX),
             metadata=metadata,
@@ -301,6 +302,45 @@ def decode_fetch(group_id: str, query: Mapping[str, list[str]]) -> messages.Offs
     )
 
 
+def decode_offset_delete(
+    group_id: str, query: Mapping[str, list[str]]
+) -> messages.OffsetDeleteRequest:
+    """Query ``?partition=topic:0&partition=topic:1``: the partitions whose offsets go."""
+    unknown = sorted(set(query) - {"partition"})
+    if unknown:
+        raise errors.InvalidRequest(f"unknown query parameter(s): {_names(unknown)}")
+    partitions: list[messages.TopicPartition] = []
+    for text in query.get("partition", []):
+        topic, separator, number = text.rpartition(":")
+        if not separator or not topic:
+            raise _fail("partition", "'topic:number'")
+        partitions.append((_str(topic, "partition"), _int_text(number, "partition", 0)))
+    if not partitions:
+        raise errors.InvalidRequest("name at least one partition: ?partition=topic:number")
+    return messages.OffsetDeleteRequest(group_id=group_id, partitions=tuple(partitions))
+
+
+# Kafka's codes of the per-partition errors an OffsetDelete answers (Errors.java).
+_PARTITION_ERROR_CODES = {"GROUP_SUBSCRIBED_TO_TOPIC": 86, "UNKNOWN_TOPIC_OR_PARTITION": 3}
+
+
+def encode_offset_delete(response: messages.OffsetDeleteResponse) -> Json:
+    """The partitions whose offsets were kept, with Kafka's error; empty when all went."""
+    return {
+        "errors": [
+            {
+                "topic": topic,
+                "partition": partition,
+                "error": name,
+                "code": _PARTITION_ERROR_CODES.get(
+                    name, errors.BY_NAME[name].code if name in errors.BY_NAME else -1
+                ),
+            }
+            for (topic, partition), name in sorted(response.errors.items())
+        ]
+    }
+
+
 def encode_fetch(response: messages.OffsetFetchResponse) -> Json:
     return {
         "offsets": [
@@ -328,6 +368,7 @@ def encode_description(
         "groupEpoch": description.group_epoch,
         "assignmentEpoch": description.assignment_epoch,
         "assignor": description.assignor,
+        "sessionTimeoutMs": description.session_timeout_ms,
         "members": [
             {
                 "memberId": member.member_id,
@@ -343,6 +384,7 @@ def encode_description(
                 ),
                 "clientId": member.client_id,
                 "clientHost": member.client_host,
+                "sessionExpiresInMs": member.session_expires_in_ms,
             }
             for member in description.members
         ],

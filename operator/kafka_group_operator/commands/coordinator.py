@@ -49,10 +49,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from kafka_group_operator.access import discovery, tokens
-from kafka_group_operator.api import app as api_app
 from kafka_group_operator.commands import common, kafka_lookup
 from kafka_group_operator.coordinator import messages
 
@@ -376,7 +373,11 @@ async def serve(
     lease_settings: Any = None,
     mirror_intervals: Mapping[str, int | None] | None = None,
 ) -> None:
-    # Imported here so that `kgo --help` does not load the Kafka client and the runtime.
+    # Imported here so that `kgo --help` and a wrong invocation do not load the HTTP server,
+    # the Kafka client and the runtime (half a second or more).
+    from aiohttp import web
+
+    from kafka_group_operator.api import app as api_app
     from kafka_group_operator.runtime import coordinator_runtime
 
     if token_store is None:

@@ -11,7 +11,7 @@ plan first, then the plan applied through the coordinator) and checks that the o
 back exactly at the snapshot and that the members resume from there. At the end the producer
 stops and the demo shows that the brokers' own group of the same id carries exactly the
 coordinator's committed offsets (the offset mirror, every second here), then the group's
-lines of the coordinator's ``/metrics``. Stops by itself after about three to four minutes;
+lines of the coordinator's ``/metrics``. Stops by itself after about three and a half minutes;
 Ctrl-C stops it cleanly too, Spark job included.
 
 The process harness (``LocalGroup``) is shared with the multi-process tests and the
@@ -29,12 +29,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import urllib.parse
@@ -56,6 +58,8 @@ TopicPartition = tuple[str, int]
 CONSUME_ON_S = 10
 # Seconds a stopped member process or Spark job gets before it is killed.
 STOP_TIMEOUT_S = 10
+# /metrics lines the final frame shows on a terminal (the rest are counted).
+LIVE_METRICS_LINES = 9
 
 # A plain Kafka consumer, as an application the operator did not write runs it: the README's
 # example of "Using your existing Kafka clients", verbatim (a test keeps them equal); its
@@ -301,14 +305,17 @@ class LocalGroup:
     pod_uids: dict[str, str] = field(default_factory=dict)
     # instance -> restarts in the same pod, as a pod's container restart count
     restarts: dict[str, int] = field(default_factory=dict)
+    # The state topic's name, when not the group's own (``state_topic``).
+    state_topic_name: str | None = None
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # -- lifecycle
 
     @property
     def state_topic(self) -> str:
-        """The coordinator's state topic: one per demo group, so runs never share state."""
-        return f"{self.group}.group-state"
+        """The coordinator's state topic: one per demo group, so runs never share state,
+        unless named (``kgo dev`` uses the default one, which the jobs default to)."""
+        return self.state_topic_name or f"{self.group}.group-state"
 
     def start(self, broker: embedded.EmbeddedBroker | None = None) -> None:
         if broker is None:
@@ -646,21 +653,53 @@ def _owners(group: LocalGroup) -> dict[TopicPartition, str]:
         return {}
 
 
+def fit(head: str, body: list[str], notes: list[str], columns: int, rows: int) -> list[str]:
+    """The lines of one frame on a terminal of ``columns`` x ``rows``: the header (up to two
+    lines), the body, then as many of the latest notes as the rows left hold. No line is
+    wider than the terminal (it would wrap) and there are fewer lines than rows (the last
+    row keeps the cursor), so the frame never scrolls its header away."""
+    width = max(columns - 1, 20)
+
+    def cut(line: str) -> str:
+        return line if len(line) <= width else line[: width - 1] + "…"
+
+    header = textwrap.wrap(head, width, subsequent_indent="  ")[:2] or [""]
+    lines = [cut(line) for line in header] + [""] + [cut(line) for line in body]
+    room = rows - 1 - len(lines)
+    if room < 0:
+        return lines[: rows - 1]
+    tail = notes[-room:] if room else []
+    while tail and not tail[0]:
+        tail = tail[1:]  # the blank that opens a note block
+    gap = [""] if body and tail and len(lines) + len(tail) < rows - 1 else []
+    return lines + gap + [cut(line) for line in tail]
+
+
 class Screen:
     """What the demo shows: the group as its coordinator sees it, redrawn every second, and notes.
 
-    On a terminal the view is redrawn in place and the notes stay under it. Into a file or a
-    pipe each note is written once, when it is made, and a frame only when something other
-    than the clock and the lag changed: the step, the members, their processes or who owns
-    what.
+    On a terminal the view is redrawn in place, fitted to the terminal (``fit``: nothing wraps
+    or scrolls, 80 x 24 included) with the latest notes under it, and the demo's last notes
+    are shown in a final frame of their own (``finish``). Into a file or a pipe each note is
+    written once, when it is made, and a frame only when something other than the clock and
+    the lag changed: the step, the members, their processes or who owns what.
     """
 
-    def __init__(self, group: LocalGroup, out: IO[str]) -> None:
+    def __init__(
+        self, group: LocalGroup, out: IO[str], size: tuple[int, int] | None = None
+    ) -> None:
         self.group = group
         self.out = out
         self.live = out.isatty()
         self.notes: list[str] = []
         self._last: object = None
+        self._size = size  # columns, rows; default: the terminal's, asked at each frame
+
+    def size(self) -> tuple[int, int]:
+        if self._size is not None:
+            return self._size
+        found = shutil.get_terminal_size((80, 24))
+        return found.columns, found.lines
 
     def note(self, *lines: str) -> None:
         self.notes.extend(lines)
@@ -712,14 +751,41 @@ class Screen:
             if state == self._last:
                 return
             self._last = state
-        self.out.write("\x1b[2J\x1b[H" if self.live else "\n")
         suffix = f"  ({elapsed})" if elapsed and self.live else ""
-        self.out.write(f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}{suffix}\n\n{table}\n")
+        head = f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}{suffix}"
+        if self.live:
+            columns, rows = self.size()
+            summary, *members_table = table.splitlines() or [""]
+            body = [
+                # The group's line (state, epochs, assignor, lag) on two lines if need be.
+                *textwrap.wrap(summary, max(columns - 1, 20), subsequent_indent="  ")[:2],
+                *members_table,
+                *textwrap.wrap(
+                    f"member processes: {processes or 'none'}",
+                    max(columns - 1, 20),
+                    subsequent_indent="  ",
+                )[:2],
+                "",
+                f"partitions moved in this step: {len(moved)}  ({moves or 'none'})",
+            ]
+            self._draw(fit(head, body, self.notes, columns, rows))
+            return
+        self.out.write(f"\n{head}\n\n{table}\n")
         self.out.write(f"member processes: {processes or 'none'}\n")
         self.out.write(f"\npartitions moved in this step: {len(moved)}  ({moves or 'none'})\n")
-        if self.live and self.notes:
-            self.out.write("\n".join(self.notes) + "\n")
         self.out.flush()
+
+    def _draw(self, lines: list[str]) -> None:
+        self.out.write("\x1b[2J\x1b[H" + "\n".join(lines) + "\n")
+        self.out.flush()
+
+    def finish(self, caption: str, since: int) -> None:
+        """On a terminal, a last frame of the notes made from ``since`` on (the demo's last
+        sections), where the group's table was; elsewhere they are written already."""
+        if self.live:
+            columns, rows = self.size()
+            head = f"kgo demo  {time.strftime('%H:%M:%S')}  {caption}"
+            self._draw(fit(head, [], self.notes[since:], columns, rows))
 
     def watch(
         self,
@@ -1076,6 +1142,24 @@ def metrics_lines(url: str, group_id: str, partition: int = 0) -> tuple[list[str
     return shown, left_out
 
 
+_SERIES = re.compile(r"^(?P<name>[^{\s]+)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def short_series(line: str) -> str:
+    """A Prometheus line with only its topic and partition labels kept."""
+    match = _SERIES.match(line)
+    if match is None or match["labels"] is None:
+        return line
+    kept = ",".join(
+        f'{key}="{value}"'
+        for key, value in _LABEL.findall(match["labels"])
+        if key in ("topic", "partition")
+    )
+    name, value = match["name"], match["value"]
+    return f"{name}{{{kept}}} {value}" if kept else f"{name} {value}"
+
+
 def mirror_and_metrics(screen: Screen, producer: Producer) -> None:
     """The end: the producer stops, the members catch up, and the brokers' own group of the
     same id comes to carry exactly the coordinator's offsets (the offset mirror, which makes
@@ -1127,6 +1211,11 @@ def mirror_and_metrics(screen: Screen, producer: Producer) -> None:
     )
     url = f"http://127.0.0.1:{group.metrics_port}/metrics"
     lines, left_out = metrics_lines(url, group.group)
+    if screen.live:
+        # The final frame holds this and the table above on 24 rows of 80 columns: the
+        # partition's labels only (the group is named above), so that the values show.
+        left_out += max(len(lines) - LIVE_METRICS_LINES, 0)
+        lines = [short_series(line) for line in lines[:LIVE_METRICS_LINES]]
     screen.note(
         "",
         f"{url} (kafka-lag-exporter's names and labels), the lines of {group.group}:",
@@ -1206,10 +1295,14 @@ def run_demo(out: IO[str] = sys.stdout) -> int:
             screen.watch(caption, duration, before=before)
         with contextlib.closing(group.client()) as coordinator:
             snapshot_and_restore(screen, coordinator)
+        last = len(screen.notes)
         mirror_and_metrics(screen, producer)
+        screen.finish("the brokers' own group and the coordinator's /metrics", last)
         out.write("\ndemo finished\n")
         return 0
     except DemoFailed as failure:
+        # What the failed step noted last, on a terminal too.
+        screen.finish("failed", 0)
         # Its logs and journals tell what happened: kept.
         group.keep_directory = True
         out.write(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,18 +13,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "describe", help="describe a consumer group: state, epochs, members, partitions, lag"
     )
-    parser.add_argument("group", help="the consumer group id")
-    parser.add_argument(
-        "--coordinator",
-        default=os.environ.get("KGO_COORDINATOR_URL", "http://127.0.0.1:8080"),
-        help="the member API URL (default: $KGO_COORDINATOR_URL or http://127.0.0.1:8080)",
-    )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("KGO_GROUP_TOKEN"),
-        help="the group's bearer token (default: $KGO_GROUP_TOKEN)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the raw JSON description")
+    common.add_group_options(parser)
+    common.add_coordinator_options(parser)
+    common.add_output_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -74,10 +63,12 @@ def render(
 def run(args: argparse.Namespace) -> int:
     # The same connection handling as `kgo groups`: a bad URL or a coordinator that does not
     # answer is one line; the coordinator's own errors (unknown group, bad token) too.
-    from kafka_group_operator.commands import groups
-
-    with groups.coordinator(args) as coordinator:
+    group = common.group_of(args)
+    with common.coordinator(args, group) as coordinator:
         description = coordinator.describe()
-        committed = None if args.json else coordinator.fetch()
-    print(json.dumps(description, indent=2) if args.json else render(description, committed))
+        if args.output != "table":
+            print(common.dump(description, args.output))
+            return 0
+        committed = coordinator.fetch()
+    print(render(description, committed))
     return 0

@@ -6,8 +6,13 @@ messages and a group with its token, and prints the environment a member needs a
 lines on stdout (``eval "$(kgo dev up)"``); what it started goes to stderr. Its state
 (``dev.json``, ``tokens.json``, ``groups.json``, the logs) lives in ``$KGO_DEV_DIR``, else
 ``~/.kgo-dev``. ``down`` stops both; ``env`` prints the exports again. ``up`` while up and
-``down`` while down say so and succeed. The broker keeps its data in memory: ``down`` forgets
-the topic, the offsets and the group.
+``down`` while down say so and succeed; ``up`` while up with another ``--group``, ``--topic``,
+``--partitions`` or ``--messages`` than the running setup's is refused, naming what runs. The
+broker keeps its data in memory: ``down`` forgets the topic, the offsets and the group.
+
+``dev.json`` is written as each process starts, so ``down`` stops whatever an ``up`` that was
+killed had started; an ``up`` interrupted by Ctrl-C stops what it started itself and ends in
+one line (exit code 130).
 
 The group is started as the demo starts its own (``demo.LocalGroup``), one code path for both.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import shlex
@@ -29,6 +35,13 @@ from kafka_group_operator.commands import common
 
 STATE_FILE = "dev.json"
 STOP_TIMEOUT_S = 15.0
+# What ``up`` creates unless told otherwise.
+DEFAULTS: dict[str, Any] = {
+    "group": "shop.orders",
+    "topic": "orders",
+    "partitions": 6,
+    "messages": 1000,
+}
 
 
 def register(subparsers: Any) -> None:
@@ -37,11 +50,16 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start them; print the member environment")
-    up.add_argument("--group", default="shop.orders", help="the group id (default shop.orders)")
-    up.add_argument("--topic", default="orders", help="the topic to create (default orders)")
-    up.add_argument("--partitions", type=int, default=6, help="its partitions (default 6)")
+    # No argparse defaults: an option given while a setup is up must match it (see run_up).
+    up.add_argument("--group", help=f"the group id (default {DEFAULTS['group']})")
+    up.add_argument("--topic", help=f"the topic to create (default {DEFAULTS['topic']})")
     up.add_argument(
-        "--messages", type=int, default=1000, help="messages to produce into it (default 1000)"
+        "--partitions", type=int, help=f"its partitions (default {DEFAULTS['partitions']})"
+    )
+    up.add_argument(
+        "--messages",
+        type=int,
+        help=f"messages to produce into it (default {DEFAULTS['messages']})",
     )
     up.set_defaults(func=run_up)
     down = actions.add_parser("down", help="stop the broker and the coordinator")
@@ -108,7 +126,11 @@ def read_state() -> dict[str, Any] | None:
 
 
 def alive(state: dict[str, Any]) -> dict[str, bool]:
-    return {part: running(state[part]["pid"], marker) for part, marker in PARTS.items()}
+    """Each part's liveness; a part the state has no pid for (an ``up`` cut short) is down."""
+    return {
+        part: part in state and running(state[part]["pid"], marker)
+        for part, marker in PARTS.items()
+    }
 
 
 def exports(state: dict[str, Any]) -> str:
@@ -126,19 +148,38 @@ def exports(state: dict[str, Any]) -> str:
 def stop_all(state: dict[str, Any]) -> None:
     # The coordinator first: it writes to the broker until it stops.
     for part, marker in PARTS.items():
-        stop(state[part]["pid"], marker)
+        if part in state:
+            stop(state[part]["pid"], marker)
+
+
+def write_state(state: dict[str, Any]) -> None:
+    (directory() / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
 
 
 # -------------------------------------------------------------------------------- commands
 
 
 def run_up(args: argparse.Namespace) -> int:
-    if args.partitions < 1 or args.messages < 0:
+    asked = {name: getattr(args, name) for name in DEFAULTS if getattr(args, name) is not None}
+    wanted = {**DEFAULTS, **asked}
+    for name in ("group", "topic"):
+        if not wanted[name]:
+            raise common.UsageError(f"--{name} must not be empty")
+    if wanted["partitions"] < 1 or wanted["messages"] < 0:
         raise common.UsageError("--partitions must be >= 1 and --messages >= 0")
     state = read_state()
     if state is not None:
         status = alive(state)
         if all(status.values()):
+            running_setup = {name: state.get(name) for name in DEFAULTS}
+            differ = {name: value for name, value in asked.items() if running_setup[name] != value}
+            if differ:
+                given = ", ".join(f"--{name} {value}" for name, value in differ.items())
+                now = ", ".join(f"{name} {running_setup[name]}" for name in differ)
+                raise common.CommandError(
+                    f"already up with {now}, not {given}: 'kgo dev down' first to start "
+                    "another setup"
+                )
             note(
                 f"already up: broker {state['broker']['bootstrap']}, coordinator "
                 f"{state['coordinator']['url']}, group {state['group']} ('kgo dev down' stops them)"
@@ -146,10 +187,10 @@ def run_up(args: argparse.Namespace) -> int:
             sys.stdout.write(exports(state))
             return 0
         gone = ", ".join(part for part, up in status.items() if not up)
-        note(f"the last setup is half down ({gone} exited); starting again")
+        note(f"the last setup is half down ({gone} not running); starting again")
         stop_all(state)
         (directory() / STATE_FILE).unlink(missing_ok=True)
-    state = start(args)
+    state = start(argparse.Namespace(**wanted))
     sys.stdout.write(exports(state))
     return 0
 
@@ -170,31 +211,44 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
         heartbeat_interval_ms=1_000,
         directory=home,
         keep_directory=True,
+        # The default state topic, so that the jobs (`kgo snapshot`) need no --state-topic.
+        state_topic_name=common.DEFAULT_STATE_TOPIC,
     )
+    state: dict[str, Any] = {
+        "group": args.group,
+        "topic": args.topic,
+        "partitions": args.partitions,
+        "messages": args.messages,
+        "token": local.token,
+    }
     try:
         broker.start()
+        assert broker.process is not None
+        # Recorded at once: `kgo dev down` stops it even if this command is killed now.
+        state["broker"] = {"pid": broker.process.pid, "bootstrap": broker.bootstrap}
+        write_state(state)
         local.broker = broker
         local.create_topic(args.topic, args.partitions)
         produce(broker.bootstrap, args.topic, args.partitions, args.messages)
         local.start_coordinator()
-    except Exception as error:
-        # Nothing half-started stays behind; the logs do, for the reason.
+    except BaseException as error:
+        # Nothing half-started stays behind (Ctrl-C included); the logs do, for the reason.
+        # The frames cut short hold Kafka clients: released first, so that none of them is
+        # left to log the broker's going away.
+        error.__traceback__ = None
+        gc.collect()
         if local.coordinator is not None:
             local.coordinator.kill()
+            local.coordinator.wait()
         broker.stop()
+        (home / STATE_FILE).unlink(missing_ok=True)
+        if isinstance(error, KeyboardInterrupt):
+            raise Interrupted("interrupted: stopped what had started") from None
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise common.CommandError(f"could not start: {first} (logs in {home})") from None
     assert local.coordinator is not None
-    assert broker.process is not None
-    state = {
-        "broker": {"pid": broker.process.pid, "bootstrap": broker.bootstrap},
-        "coordinator": {"pid": local.coordinator.pid, "url": local.coordinator_url},
-        "group": args.group,
-        "topic": args.topic,
-        "partitions": args.partitions,
-        "token": local.token,
-    }
-    (home / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    state["coordinator"] = {"pid": local.coordinator.pid, "url": local.coordinator_url}
+    write_state(state)
     note(f"broker on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
     note(
         f"topic {args.topic} ({args.partitions} partitions, {args.messages} messages), "
@@ -204,12 +258,25 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     return state
 
 
+class Interrupted(common.CommandError):
+    code = 130
+
+
 def produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
     """``count`` messages round-robin over the partitions, durably."""
     from confluent_kafka import Producer
 
     # One message per batch: the embedded broker reports a wrong log end after batches.
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    # librdkafka logs nothing of its own: a failure is the one line below, and an `up`
+    # interrupted while producing stops the broker under it without a word from the client.
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "log_level": 0,
+        }
+    )
     for sequence in range(count):
         producer.produce(topic, f"message {sequence}".encode(), partition=sequence % partitions)
         producer.poll(0)
@@ -224,10 +291,8 @@ def run_down(args: argparse.Namespace) -> int:
         return 0
     stop_all(state)
     (directory() / STATE_FILE).unlink(missing_ok=True)
-    note(
-        f"stopped the coordinator (pid {state['coordinator']['pid']}) and the broker "
-        f"(pid {state['broker']['pid']})"
-    )
+    stopped = [f"the {part} (pid {state[part]['pid']})" for part in PARTS if part in state]
+    note(f"stopped {' and '.join(stopped) or 'nothing'}")
     return 0
 
 

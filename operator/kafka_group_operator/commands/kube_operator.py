@@ -13,21 +13,25 @@ resuming before the others see it), two replicas may run handlers. That is safe 
 handlers only reach the coordinators through ``handlers.coordinator_port`` (every write is
 fenced by the partition's holder), status writes carry the resourceVersion they read, and
 every handler is idempotent. A single replica runs standalone (no peering objects needed).
+
+Before anything starts (and before kopf is even imported, which takes seconds), the settings
+and the Kubernetes credentials are checked: without a service account or a kubeconfig the
+command ends in one line and has created nothing (no state topic, no Kafka connection).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import kopf
-
-from kafka_group_operator import handlers
 from kafka_group_operator.handlers import config as operator_config
-from kafka_group_operator.handlers import lifecycle, logs
+
+# Where a pod's service account token is mounted (what kopf's login_with_service_account reads).
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 # How long a replica's peering record outlives its last keep-alive (kopf renews it 5 to 10
 # seconds before that): how long the handlers pause after the active replica dies.
@@ -78,13 +82,49 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def missing_credentials(
+    config: operator_config.OperatorConfig, environ: dict[str, str] | None = None
+) -> str | None:
+    """Why kopf could not log in to Kubernetes, or None when it has credentials to try: the
+    server of the settings, a pod's service account, or a kubeconfig file."""
+    env = dict(os.environ) if environ is None else environ
+    if config.kube_server is not None:
+        return None
+    if env.get("KUBERNETES_SERVICE_HOST") and SERVICE_ACCOUNT_TOKEN.is_file():
+        return None
+    listed = env.get("KUBECONFIG")
+    paths = [Path(p) for p in listed.split(os.pathsep) if p] if listed else []
+    home = env.get("HOME")
+    if not listed and home:
+        paths = [Path(home, ".kube", "config")]
+    if any(path.is_file() for path in paths):
+        return None
+    where = "$KUBECONFIG (" + listed + ")" if listed else "~/.kube/config"
+    return (
+        "no Kubernetes credentials: not in a pod (no service account token) and no kubeconfig "
+        f"at {where}; point KUBECONFIG at one (kubectl's) and retry. Nothing was started"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    logs.configure(args.log_level)
     try:
         config = operator_config.OperatorConfig.from_env()
     except operator_config.ConfigError as error:
         print(f"kgo operator: {error}", file=sys.stderr)
         return 2
+    reason = missing_credentials(config)
+    if reason is not None:
+        print(f"kgo operator: {reason}", file=sys.stderr)
+        return 1
+    # Only now: kopf and the handlers take seconds to import.
+    import asyncio
+
+    import kopf
+
+    from kafka_group_operator import handlers
+    from kafka_group_operator.handlers import lifecycle, logs
+
+    logs.configure(args.log_level)
     namespaces = list(args.namespace) or list(config.namespaces)
     handlers.load()
     memo = kopf.Memo()

@@ -86,6 +86,15 @@ class InvalidRequest(CoordinatorError):
     code, name, http_status = 42, "INVALID_REQUEST", 400
 
 
+class ConflictingRequest(InvalidRequest):
+    """Kafka's INVALID_REQUEST (its code and name) for a request well formed in itself that the
+    group's current state refuses (a member id that exists already, a dynamic member leaving as
+    a static one): over HTTP a 409 Conflict, as the other membership conflicts, not a 400,
+    which says the request itself is malformed."""
+
+    http_status = 409
+
+
 class NonEmptyGroup(CoordinatorError):
     code, name, http_status = 68, "NON_EMPTY_GROUP", 409
 

@@ -239,7 +239,9 @@ class Membership:
             and request.instance_id is not None
             and member.instance_id not in (None, request.instance_id)
         ):
-            raise errors.InvalidRequest(f"Member {request.member_id} can't change its InstanceId.")
+            raise errors.ConflictingRequest(
+                f"Member {request.member_id} can't change its InstanceId."
+            )
         if existing is None or request.instance_id is None:
             return member, None
         holder = existing.member_for_instance(request.instance_id)
@@ -253,7 +255,7 @@ class Membership:
                 "is still active."
             )
         if member is not None:
-            raise errors.InvalidRequest(
+            raise errors.ConflictingRequest(
                 f"Member {request.member_id} already exists and can't take over "
                 f"instance id {request.instance_id}."
             )
@@ -383,7 +385,7 @@ class Membership:
                 response, self.removal_records(existing, [member.member_id], now_ms)
             )
         if member.instance_id is None:
-            raise errors.InvalidRequest("Only a static member can leave with epoch -2.")
+            raise errors.ConflictingRequest("Only a static member can leave with epoch -2.")
         # The member keeps its assignment for the session timeout; what it was revoking is
         # released, since a stopped consumer holds nothing.
         self._deadlines.arm(

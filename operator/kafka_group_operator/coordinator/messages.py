@@ -137,6 +137,10 @@ class MemberDescription:
     client_host: str = ""
     # Whether it speaks the classic protocol (JoinGroup) rather than KIP-848's.
     classic: bool = False
+    # Milliseconds until its session times out unless it heartbeats again (None: no session
+    # deadline is armed, or the description was taken without a clock). A reading of the
+    # clock, not of the member's state: left out of comparisons.
+    session_expires_in_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,8 @@ class GroupDescription:
     assignment_epoch: int
     assignor: str
     members: tuple[MemberDescription, ...]
+    # The group's session timeout: how long a member that stops heartbeating stays in it.
+    session_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,7 +224,9 @@ class CoordinatorShard:
     def fetch_offsets(self, request: messages.OffsetFetchRequest) -> messages.OffsetFetchResponse:
         return offsets.fetch_offsets(self._offsets, self._groups.get(request.group_id), request)
 
-    def describe_group(self, group_id: str) -> messages.GroupDescription:
+    def describe_group(self, group_id: str, now_ms: int | None = None) -> messages.GroupDescription:
+        """The group as it stands; with ``now_ms``, each member's time left before its session
+        times out (how long a stopped member that did not leave still holds its place)."""
         existing = self._groups.get(group_id)
         if existing is None:
             if not self._offsets.has_offsets(group_id):
@@ -244,6 +246,7 @@ class CoordinatorShard:
             group_epoch=existing.group_epoch,
             assignment_epoch=existing.assignment_epoch,
             assignor=existing.settings.assignor,
+            session_timeout_ms=existing.settings.session_timeout_ms,
             members=tuple(
                 messages.MemberDescription(
                     member_id=member.member_id,
@@ -258,10 +261,17 @@ class CoordinatorShard:
                     client_id=member.client_id,
                     client_host=member.client_host,
                     classic=member.subscription().classic_member_metadata is not None,
+                    session_expires_in_ms=self._session_left_ms(group_id, member.member_id, now_ms),
                 )
                 for member in members
             ),
         )
+
+    def _session_left_ms(self, group_id: str, member_id: str, now_ms: int | None) -> int | None:
+        armed = self._deadlines.get(timers.session_key(group_id, member_id))
+        if armed is None or now_ms is None:
+            return None
+        return max(armed.deadline_ms - now_ms, 0)
 
     def group_state(self, group_id: str) -> str | None:
         """The group's state word (``GroupState``), None for no group: cheap enough for every

@@ -264,7 +264,14 @@ def _running_operator(memo: Any) -> compaction.Operator | None:
 async def start_compaction_schedule(memo: Any, logger: Any, **_: Any) -> None:
     settings = compaction.schedule_of(os.environ)
     if settings is None:
-        logger.info("state-topic compaction is not scheduled (no schedule or storage URI)")
+        if os.environ.get("KGO_COMPACTION_SCHEDULE", "").strip():
+            # Scheduled, with nowhere to write: it would never run. Said, not silent.
+            logger.warning(
+                "state-topic compaction is scheduled but has no storage URI "
+                "(KGO_COMPACTION_STORAGE_URI, the chart's compaction.storageUri): it never runs"
+            )
+        else:
+            logger.info("state-topic compaction is not scheduled")
         return
     memo[COMPACTION_KEY] = asyncio.create_task(
         compaction.loop(settings, lambda: _running_operator(memo), logger),

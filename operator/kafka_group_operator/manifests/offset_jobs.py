@@ -58,6 +58,9 @@ def snapshot_arguments(
     # The group is a ConsumerGroup's, not a typed id that may be misspelled: a group that has
     # committed nothing yet gets an empty snapshot, not a failure.
     arguments += ["--output", location, "--allow-empty"]
+    # The location is this resource's own: a run retried after a failure replaces what an
+    # earlier attempt left there.
+    arguments.append("--overwrite")
     if as_of:
         arguments += ["--as-of", as_of]
     return arguments
@@ -172,7 +175,7 @@ def compaction_arguments(
     """
     stamp = at.astimezone(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     location = f"{storage_uri.rstrip('/')}/checkpoint-{stamp}"
-    arguments = [*common_arguments(bootstrap, state_topic), "--output", location]
+    arguments = [*common_arguments(bootstrap, state_topic), "--output", location, "--overwrite"]
     if fenced_ends is not None:
         ends = {str(partition): end for partition, end in sorted(fenced_ends.items())}
         arguments += ["--fenced-ends", json.dumps(ends, separators=(",", ":"))]

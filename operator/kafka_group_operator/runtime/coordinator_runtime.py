@@ -668,7 +668,7 @@ class CoordinatorRuntime:
         return partition.shard.fetch_offsets(messages.OffsetFetchRequest(group_id)).offsets
 
     async def describe_group(self, group_id: str) -> messages.GroupDescription:
-        return self._active_shard(group_id).describe_group(group_id)
+        return self._active_shard(group_id).describe_group(group_id, self.config.clock_ms())
 
     async def list_groups(self) -> list[str]:
         groups = []
