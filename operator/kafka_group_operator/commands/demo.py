@@ -278,7 +278,7 @@ class LocalGroup:
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kgo-demo-")))
     # Journals and logs are removed on stop unless kept (to look at after a failure).
     keep_directory: bool = field(default_factory=lambda: bool(os.environ.get("KGO_KEEP_FILES")))
-    broker: embedded.EmbeddedBroker | None = None
+    broker: embedded.Broker | None = None
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
     # The coordinator's Kafka listener (``kgo coordinator --kafka-port``), for the gateway.
@@ -310,7 +310,7 @@ class LocalGroup:
         """The coordinator's state topic: one per demo group, so runs never share state."""
         return f"{self.group}.group-state"
 
-    def start(self, broker: embedded.EmbeddedBroker | None = None) -> None:
+    def start(self, broker: embedded.Broker | None = None) -> None:
         if broker is None:
             broker = self._exit.enter_context(embedded.running_broker())
         self.broker = broker

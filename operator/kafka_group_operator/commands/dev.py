@@ -9,6 +9,10 @@ lines on stdout (``eval "$(kgo dev up)"``); what it started goes to stderr. Its 
 ``down`` while down say so and succeed. The broker keeps its data in memory: ``down`` forgets
 the topic, the offsets and the group.
 
+The broker is the embedded one (tansu, no Java needed) unless ``--broker kafka`` asks for Apache
+Kafka (one KRaft node, its jars fetched once per machine with Maven; its log folder is
+``$KGO_DEV_DIR/kafka``, formatted anew at each ``up``).
+
 The group is started as the demo starts its own (``demo.LocalGroup``), one code path for both.
 """
 
@@ -19,6 +23,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -42,6 +47,12 @@ def register(subparsers: Any) -> None:
     up.add_argument("--partitions", type=int, default=6, help="its partitions (default 6)")
     up.add_argument(
         "--messages", type=int, default=1000, help="messages to produce into it (default 1000)"
+    )
+    up.add_argument(
+        "--broker",
+        choices=sorted(BROKERS),
+        default="tansu",
+        help="the broker: tansu (embedded, the default) or kafka (Apache Kafka, needs Java)",
     )
     up.set_defaults(func=run_up)
     down = actions.add_parser("down", help="stop the broker and the coordinator")
@@ -92,8 +103,14 @@ def stop(pid: int, marker: str) -> None:
             time.sleep(0.05)
 
 
-# The parts of a setup and what their command lines hold.
+# The parts of a setup and what their command lines hold (the broker's, by kind of broker).
 PARTS = {"coordinator": "kafka_group_operator", "broker": "tansu"}
+BROKERS = {"tansu": "tansu", "kafka": "kafka.Kafka"}
+
+
+def markers(state: dict[str, Any]) -> dict[str, str]:
+    """What each part's command line holds; a state written before ``--broker`` is tansu's."""
+    return {**PARTS, "broker": BROKERS[state["broker"].get("kind", "tansu")]}
 
 
 def read_state() -> dict[str, Any] | None:
@@ -108,7 +125,7 @@ def read_state() -> dict[str, Any] | None:
 
 
 def alive(state: dict[str, Any]) -> dict[str, bool]:
-    return {part: running(state[part]["pid"], marker) for part, marker in PARTS.items()}
+    return {part: running(state[part]["pid"], marker) for part, marker in markers(state).items()}
 
 
 def exports(state: dict[str, Any]) -> str:
@@ -125,7 +142,7 @@ def exports(state: dict[str, Any]) -> str:
 
 def stop_all(state: dict[str, Any]) -> None:
     # The coordinator first: it writes to the broker until it stops.
-    for part, marker in PARTS.items():
+    for part, marker in markers(state).items():
         stop(state[part]["pid"], marker)
 
 
@@ -158,10 +175,17 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     # The demo's harness and the broker module load the Kafka client: imported when used.
     from kafka_group_operator.commands import demo
     from kafka_group_operator.embedded import broker as embedded
+    from kafka_group_operator.embedded import kafka
 
     home = directory()
     home.mkdir(parents=True, exist_ok=True)
-    broker = embedded.EmbeddedBroker(log_path=home / "broker.log")
+    broker: embedded.EmbeddedBroker | kafka.KafkaCluster
+    if args.broker == "kafka":
+        # Formatted anew: the last setup's log folder belongs to a cluster that is gone.
+        shutil.rmtree(home / "kafka", ignore_errors=True)
+        broker = kafka.KafkaCluster(directory=home / "kafka")
+    else:
+        broker = embedded.EmbeddedBroker(log_path=home / "broker.log")
     local = demo.LocalGroup(
         group=args.group,
         topic=args.topic,
@@ -173,6 +197,8 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     )
     try:
         broker.start()
+        if isinstance(broker, kafka.KafkaCluster):
+            kafka.warm_up(broker.bootstrap)
         local.broker = broker
         local.create_topic(args.topic, args.partitions)
         produce(broker.bootstrap, args.topic, args.partitions, args.messages)
@@ -187,7 +213,7 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     assert local.coordinator is not None
     assert broker.process is not None
     state = {
-        "broker": {"pid": broker.process.pid, "bootstrap": broker.bootstrap},
+        "broker": {"pid": broker.process.pid, "bootstrap": broker.bootstrap, "kind": args.broker},
         "coordinator": {"pid": local.coordinator.pid, "url": local.coordinator_url},
         "group": args.group,
         "topic": args.topic,
@@ -195,7 +221,8 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
         "token": local.token,
     }
     (home / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    note(f"broker on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
+    name = "Apache Kafka broker" if args.broker == "kafka" else "broker"
+    note(f"{name} on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
     note(
         f"topic {args.topic} ({args.partitions} partitions, {args.messages} messages), "
         f"group {args.group} (token in {home / 'tokens.json'})"
