@@ -444,7 +444,7 @@ def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
     )
 
     # Quiet clients: not the expected "coordinator load in progress" while topics are created.
-    quiet = {"bootstrap.servers": bootstrap, "log_level": 3}
+    quiet: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap, "log_level": 3}
     admin = AdminClient(quiet)
     topic = "__kgo-warm-up"
     with contextlib.suppress(KafkaException):
