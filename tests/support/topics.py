@@ -23,8 +23,12 @@ def produce(
     bootstrap: str, topic: str, partitions: Iterable[int], count: int, first: int = 0
 ) -> None:
     """Messages ``first`` to ``first + count - 1`` (``b"m<i>"``) to each of ``partitions``."""
-    # One record per batch: the broker's high watermark is only right for those.
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    # One record per batch: the broker's high watermark is only right for those. Idempotent,
+    # so that a record retried (a topic just created may not have its leader yet on Apache
+    # Kafka) keeps its place: message i is at offset i.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "batch.num.messages": 1, "enable.idempotence": True}
+    )
     for partition in partitions:
         for index in range(first, first + count):
             producer.produce(topic, f"m{index}".encode(), partition=partition)

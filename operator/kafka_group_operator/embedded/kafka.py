@@ -282,11 +282,17 @@ class KafkaCluster:
             "background.threads": "2",
             "num.recovery.threads.per.data.dir": "1",
             "num.replica.fetchers": "1",
-            # A killed node is fenced (its partitions led elsewhere) within seconds.
-            "broker.heartbeat.interval.ms": "500",
-            "broker.session.timeout.ms": "4000",
-            "replica.lag.time.max.ms": "5000",
         }
+        if self.size > 1:
+            # A killed node is fenced (its partitions led elsewhere) within seconds; not
+            # quicker, or a node merely starved of CPU on a busy machine is fenced too.
+            settings["broker.heartbeat.interval.ms"] = "500"
+            settings["broker.session.timeout.ms"] = "6000"
+            settings["replica.lag.time.max.ms"] = "6000"
+        else:
+            # A single node fencing itself (its controller's event queue starved of CPU)
+            # takes every partition offline; nothing else would lead them anyway.
+            settings["broker.session.timeout.ms"] = "60000"
         if self.size == 1:
             settings["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
         else:

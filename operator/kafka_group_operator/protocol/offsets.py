@@ -8,6 +8,11 @@ below 9 are the classic protocol's, where Kafka reports a stale epoch as
 (empty member id, epoch -1) is accepted only while the group has no active member.
 Versions 10 of both APIs name topics by id.
 
+ListOffsets is answered from the brokers (the listener names itself every partition's leader in
+its Metadata): tools that compute lag or reset offsets through the group's coordinator
+(``kafka-consumer-groups --describe``, ``--reset-offsets``) get the brokers' log ends, read
+committed when asked so. Only versions without tiered-storage timestamps are served.
+
 OffsetDelete answers as Kafka's broker does: a group-level failure (authorization,
 ``GROUP_ID_NOT_FOUND``, ``NOT_COORDINATOR``, ...) is the top-level error with no topics; a
 topic the cluster does not have is ``UNKNOWN_TOPIC_OR_PARTITION`` on each of its partitions
@@ -17,6 +22,7 @@ refuses the partitions of subscribed topics with ``GROUP_SUBSCRIBED_TO_TOPIC``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -258,3 +264,40 @@ def _error_named(name: str | None) -> ErrorCode:
     """Kafka's error code of a per-partition error name (``ErrorCode`` is named as Kafka's
     ``Errors``, in lower case)."""
     return ErrorCode.none if name is None else ErrorCode[name.lower()]
+
+
+async def list_offsets(ctx: dispatch.RequestContext, request: Any) -> Any:
+    wanted = {
+        (topic.name, partition.partition_index): partition.timestamp
+        for topic in request.topics
+        for partition in topic.partitions
+    }
+    read_committed = getattr(request, "isolation_level", 0) == 1
+    failure = ErrorCode.none
+    listed: Mapping[messages.TopicPartition, messages.ListedOffset] = {}
+    if wanted:
+        try:
+            listed = await ctx.coordinator.list_offsets(wanted, read_committed)
+        except errors.CoordinatorError as error:
+            failure = dispatch.error_code(error)
+    unknown = messages.ListedOffset(error_code=failure or ErrorCode.unknown_server_error)
+    topics = tuple(
+        ctx.nested(
+            "ListOffsetsTopicResponse",
+            name=topic.name,
+            partitions=tuple(
+                ctx.nested(
+                    "ListOffsetsPartitionResponse",
+                    partition_index=partition.partition_index,
+                    error_code=ErrorCode(found.error_code),
+                    timestamp=found.timestamp,
+                    offset=found.offset,
+                    leader_epoch=found.leader_epoch,
+                )
+                for partition in topic.partitions
+                for found in (listed.get((topic.name, partition.partition_index), unknown),)
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.response(topics=topics)
