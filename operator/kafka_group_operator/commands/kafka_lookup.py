@@ -58,6 +58,8 @@ class KafkaLookup:
             "logger": self._logger,
             "error_cb": lambda error: self._errors.append(_text(error)),
             "socket.connection.setup.timeout.ms": int(TIMEOUT_S * 1000),
+            # Log ends are last stable offsets, as the coordinator's lag uses.
+            "isolation.level": "read_committed",
         }
         config.update(extra or {})
         self._consumer = Consumer(config)

@@ -45,7 +45,10 @@ Timers call the shard's ``on_timer`` at its ``next_deadline_ms`` (session and re
 timeouts, offsets retention) and at least every ``timer_interval_ms``; broker metadata of
 the cluster's topics is polled and fed to every shard through ``update_topics``. Log-end
 offsets for group lag are refreshed in the background too, so a describe never waits for the
-brokers: lag is computed from the cached log ends, whose age is reported with it.
+brokers: lag is computed from the cached log ends, whose age is reported with it. A log end
+is the last stable offset (ListOffsets read committed): the end a ``read_committed`` consumer
+can reach, so records of a transaction still open are not counted as lag yet (its high
+watermark, which ``kafka-consumer-groups`` shows, counts them).
 
 A runtime may serve only a set of the topic's partitions (``RuntimeConfig.served_partitions``),
 so that several coordinators split one state topic: it loads and writes only those, with the
@@ -1312,7 +1315,11 @@ class CoordinatorRuntime:
         read_at = time.monotonic()
         read_at_wall = time.time()
         try:
-            futures = admin.list_offsets(requests, request_timeout=self.config.admin_timeout_s)
+            futures = admin.list_offsets(
+                requests,
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.config.admin_timeout_s,
+            )
         except KafkaException as error:
             logger.info("cannot list log-end offsets: %s", error)
             return
