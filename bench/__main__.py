@@ -19,6 +19,7 @@ BENCHMARKS = (
     "gateway",
     "join",
     "failover",
+    "failover_kafka",
     "takeover",
     "scale",
 )

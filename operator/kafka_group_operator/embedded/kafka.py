@@ -440,6 +440,14 @@ class KafkaCluster:
         )
 
 
+# Kafka's answers while a group coordinator is still being elected or loaded.
+_NOT_YET = {
+    14,  # COORDINATOR_LOAD_IN_PROGRESS
+    15,  # COORDINATOR_NOT_AVAILABLE
+    16,  # NOT_COORDINATOR
+}
+
+
 def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
     """Has Kafka create its internal topics (group offsets, transaction state) now, so that a
     first commit or transaction does not wait on their creation."""
@@ -461,8 +469,19 @@ def warm_up(bootstrap: str, timeout: float = 60.0) -> None:
     producer.produce(topic, b"warm-up")
     producer.commit_transaction(timeout)
     consumer = Consumer({**quiet, "group.id": "kgo-warm-up"})
+    deadline = time.monotonic() + timeout
     try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+                break
+            except KafkaException as error:
+                # The group coordinator moves or loads while its topic is being created.
+                if not error.args[0].retriable() and error.args[0].code() not in _NOT_YET:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
     finally:
         consumer.close()
     admin.delete_consumer_groups(["kgo-warm-up"])["kgo-warm-up"].result(timeout)
