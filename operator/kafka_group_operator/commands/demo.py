@@ -322,7 +322,11 @@ class LocalGroup:
         from confluent_kafka import cimpl
 
         assert self.broker is not None
-        admin = kafka_admin.AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        # Warnings and errors only: not librdkafka's note that it dropped an event it no
+        # longer needed ("Purging 1 unserved events") on the user's terminal.
+        admin = kafka_admin.AdminClient(
+            {"bootstrap.servers": self.broker.bootstrap, "log_level": 4}
+        )
         futures = admin.create_topics([cimpl.NewTopic(name, partitions, 1)])
         for future in futures.values():
             future.result(15)
