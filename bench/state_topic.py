@@ -26,6 +26,9 @@ Targets (issue 3, kept by issue 9 with fencing on): commit throughput at 100 com
 
 Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller;
 ``--heartbeat-only`` runs the runtime heartbeat alone and replaces that section of the file.
+``--broker=kafka`` (one Apache Kafka node) and ``--broker=kafka-3`` (three, every topic
+replicated three ways with ``min.insync.replicas=2``) run the commit path and the start-up
+load on Apache Kafka instead, into ``state_topic-kafka.json`` / ``state_topic-kafka-3.json``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.embedded import kafka
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.runtime import metrics as runtime_metrics
 from kafka_group_records import codec, partitioning, records
@@ -55,6 +59,11 @@ from kafka_group_records import codec, partitioning, records
 RESULTS = Path(__file__).parent / "results" / "state_topic.json"
 CONCURRENCY = (1, 10, 100)
 STATE_PARTITIONS = 50
+
+
+def _min_insync(replicas: int) -> int:
+    """Durability as the operator's chart sets it: 2 of 3 replicas in sync."""
+    return 2 if replicas >= 3 else 1
 
 
 def _percentile(samples: list[float], fraction: float) -> float:
@@ -234,11 +243,18 @@ def _transactional_produce(
     return _summary(latencies, elapsed)
 
 
-async def commit_path(bootstrap: str, duration_s: float) -> dict[str, Any]:
+async def commit_path(bootstrap: str, duration_s: float, replicas: int = 1) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("bench", 1, 1), NewTopic("bench-plain", STATE_PARTITIONS, 1)])
+    admin.create_topics(
+        [NewTopic("bench", 1, replicas), NewTopic("bench-plain", STATE_PARTITIONS, replicas)]
+    )
     await asyncio.sleep(1)
-    config = coordinator_runtime.RuntimeConfig(bootstrap, topic="bench-commit-state")
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap,
+        topic="bench-commit-state",
+        replication_factor=replicas,
+        min_insync_replicas=_min_insync(replicas),
+    )
     runtime = coordinator_runtime.CoordinatorRuntime(config)
     await runtime.start()
     results: dict[str, Any] = {}
@@ -373,11 +389,21 @@ async def runtime_heartbeat(bootstrap: str, rounds: int = 30) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- start-up load
 
 
-def _fill(bootstrap: str, topic: str, total: int, live: int) -> None:
+def _fill(bootstrap: str, topic: str, total: int, live: int, replicas: int = 1) -> None:
     """``total`` offset records over ``live`` keys, each key rewritten total/live times."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics(
-        [NewTopic(topic, STATE_PARTITIONS, 1, config={"cleanup.policy": "compact"})]
+        [
+            NewTopic(
+                topic,
+                STATE_PARTITIONS,
+                replicas,
+                config={
+                    "cleanup.policy": "compact",
+                    "min.insync.replicas": str(_min_insync(replicas)),
+                },
+            )
+        ]
     )[topic].result(30)
     producer = Producer(
         {
@@ -435,9 +461,17 @@ def _raw_read(bootstrap: str, topic: str, total: int) -> float:
     return elapsed
 
 
-async def _load(bootstrap: str, topic: str) -> tuple[float, coordinator_runtime.CoordinatorRuntime]:
+async def _load(
+    bootstrap: str, topic: str, replicas: int = 1
+) -> tuple[float, coordinator_runtime.CoordinatorRuntime]:
     runtime = coordinator_runtime.CoordinatorRuntime(
-        coordinator_runtime.RuntimeConfig(bootstrap, topic=topic, partitions=STATE_PARTITIONS)
+        coordinator_runtime.RuntimeConfig(
+            bootstrap,
+            topic=topic,
+            partitions=STATE_PARTITIONS,
+            replication_factor=replicas,
+            min_insync_replicas=_min_insync(replicas),
+        )
     )
     started = time.perf_counter()
     await runtime.start()
@@ -449,17 +483,17 @@ def _rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def startup_load(bootstrap: str, total: int, live: int) -> dict[str, Any]:
+async def startup_load(bootstrap: str, total: int, live: int, replicas: int = 1) -> dict[str, Any]:
     topic = "bench-load-state"
     started = time.perf_counter()
-    await asyncio.to_thread(_fill, bootstrap, topic, total, live)
+    await asyncio.to_thread(_fill, bootstrap, topic, total, live, replicas)
     print(f"  filled {total:,} records in {time.perf_counter() - started:.1f}s", flush=True)
     raw_times, our_times = [], []
     for _ in range(2):
         raw_times.append(await asyncio.to_thread(_raw_read, bootstrap, topic, total))
         gc.collect()
         rss_before = _rss_bytes()
-        elapsed, runtime = await _load(bootstrap, topic)
+        elapsed, runtime = await _load(bootstrap, topic, replicas)
         gc.collect()
         rss_growth = _rss_bytes() - rss_before
         our_times.append(elapsed)
@@ -471,7 +505,7 @@ async def startup_load(bootstrap: str, total: int, live: int) -> dict[str, Any]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    _, traced_runtime = await _load(bootstrap, topic)
+    _, traced_runtime = await _load(bootstrap, topic, replicas)
     gc.collect()
     after = tracemalloc.take_snapshot()
     _, peak = tracemalloc.get_traced_memory()
@@ -558,12 +592,80 @@ async def run_heartbeat_only() -> dict[str, Any]:
     return {**previous, "runtime_heartbeat": heartbeat, "targets": targets}
 
 
+async def run_on_kafka(quick: bool, size: int) -> dict[str, Any]:
+    """The commit path and the start-up load on Apache Kafka: one node, or three with the
+    state topic (and every peer's topic) replicated three ways, ``min.insync.replicas=2``.
+    The JVM runs with its full compiler and a 1 GiB heap; the tansu figures beside them are
+    those of the last ``state_topic.json``."""
+    replicas = min(size, 3)
+    load_before = os.getloadavg()
+    with kafka.running_kafka(size, fast=False, heap_mb=1024) as cluster:
+        print(f"commit path on Apache Kafka ({size} node(s))", flush=True)
+        commit = await commit_path(cluster.bootstrap, 1.0 if quick else 4.0, replicas)
+        print("start-up load", flush=True)
+        total, live = (100_000, 10_000) if quick else (1_000_000, 100_000)
+        load = await startup_load(cluster.bootstrap, total, live, replicas)
+        print(f"  {json.dumps(load)}", flush=True)
+    tansu = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    at_100 = commit[str(CONCURRENCY[-1])]
+    return {
+        "benchmark": "state_topic",
+        "quick": quick,
+        "machine": {
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "broker": f"Apache Kafka {kafka.KAFKA_VERSION} (KRaft, {size} node(s), "
+        f"replication factor {replicas}, min.insync.replicas {_min_insync(replicas)})",
+        "commit_path": commit,
+        "startup_load": load,
+        "targets": {
+            "throughput_vs_native_at_100": {
+                "target": ">= 1.0",
+                "measured": at_100["throughput_vs_native"],
+                "tansu": tansu.get("targets", {})
+                .get("throughput_vs_native_at_100", {})
+                .get("measured"),
+            },
+            "p99_vs_plain_produce": {
+                "target": "<= 2.0",
+                "measured": {n: commit[n]["p99_vs_plain_produce"] for n in commit},
+                "tansu": tansu.get("targets", {}).get("p99_vs_plain_produce", {}).get("measured"),
+            },
+            "load_vs_raw_read": {
+                "target": "<= 1.3",
+                "measured": load["load_vs_raw_read"],
+                "tansu": tansu.get("targets", {}).get("load_vs_raw_read", {}).get("measured"),
+            },
+            "bytes_per_live_key": {
+                "target": "<= 300",
+                "measured": load["bytes_per_live_key"],
+                "tansu": tansu.get("targets", {}).get("bytes_per_live_key", {}).get("measured"),
+            },
+        },
+    }
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
-    result = asyncio.run(run_heartbeat_only() if "--heartbeat-only" in argv else run(quick))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    results = RESULTS
+    brokers = [arg.removeprefix("--broker=") for arg in argv if arg.startswith("--broker=")]
+    if brokers:
+        kind = brokers[-1]
+        sizes = {"kafka": 1, "kafka-3": 3}
+        if kind not in sizes:
+            print(f"--broker= must be kafka or kafka-3, not {kind!r}", file=sys.stderr)
+            return 2
+        results = RESULTS.with_name(f"state_topic-{kind}.json")
+        result = asyncio.run(run_on_kafka(quick, sizes[kind]))
+    else:
+        result = asyncio.run(run_heartbeat_only() if "--heartbeat-only" in argv else run(quick))
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {results}")
     return 0
 
 

@@ -59,6 +59,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka_group_operator.coordinator import errors, messages, shard
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import checkpoints, coordinator_runtime, loader
+from kafka_group_operator.runtime import topic as state_topic
 from kafka_group_records import checkpoint, codec, partitioning, records
 
 RESULTS = Path(__file__).parent / "results" / "takeover.json"
@@ -266,7 +267,14 @@ def _decode_records_and_replay(survivors: dict[bytes, bytes | None]) -> float:
 
 def _checkpoint_read(uri: str, topic: str) -> float:
     started = time.perf_counter()
-    found = checkpoints.newest(uri, topic, STATE_PARTITIONS, [PARTITION])
+    found = checkpoints.newest(
+        uri,
+        topic,
+        STATE_PARTITIONS,
+        [PARTITION],
+        now_ms=coordinator_runtime.wall_clock_ms(),
+        delete_retention_ms=state_topic.DELETE_RETENTION_MS,
+    )
     assert found is not None, "the checkpoint must be usable"
     return time.perf_counter() - started
 

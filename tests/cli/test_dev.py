@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.commands import dev
 from kafka_group_operator.member import client
@@ -183,3 +185,44 @@ def test_running_refuses_a_pid_that_is_not_the_process_started(tmp_path: Path) -
     # This test process is alive but is not a broker: its pid must never be signalled.
     assert not dev.running(os.getpid(), "tansu")
     assert dev.running(os.getpid(), "python")
+
+
+def test_up_with_apache_kafka_and_down(tmp_path: Path) -> None:
+    """``--broker kafka``: an Apache Kafka node carries the topic, the group's coordinator
+    answers, and ``down`` stops the JVM it started."""
+    env = {"KGO_DEV_DIR": str(tmp_path)}
+    up = kgo("dev", "up", "--broker", "kafka", "--messages", "60", env=env, timeout=300)
+    assert up.code == 0, up.stderr
+    exports = parse_exports(up.stdout)
+    state = json.loads((tmp_path / "dev.json").read_text())
+    try:
+        assert state["broker"]["kind"] == "kafka"
+        started = f"kgo dev: Apache Kafka broker on {exports['KAFKA_BOOTSTRAP_SERVERS']}, "
+        assert any(line.startswith(started) for line in up.stderr.splitlines()), up.stderr
+        assert dev.running(state["broker"]["pid"], "kafka.Kafka")
+        assert not dev.running(state["broker"]["pid"], "tansu")
+        admin = AdminClient({"bootstrap.servers": exports["KAFKA_BOOTSTRAP_SERVERS"]})
+        described = admin.describe_cluster().result(10)
+        # A KRaft cluster id from the log folder `up` formatted.
+        meta = (tmp_path / "kafka" / "node-1" / "data" / "meta.properties").read_text()
+        assert f"cluster.id={described.cluster_id}" in meta.splitlines()
+        consumer = Consumer(
+            {"bootstrap.servers": exports["KAFKA_BOOTSTRAP_SERVERS"], "group.id": "ends"}
+        )
+        try:
+            ends = [
+                consumer.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1]
+                for p in range(6)
+            ]
+        finally:
+            consumer.close()
+        assert ends == [10] * 6
+        watcher = client.CoordinatorClient(
+            exports["KGO_COORDINATOR_URL"], "shop.orders", exports["KGO_GROUP_TOKEN"]
+        )
+        assert watcher.describe()["groupId"] == "shop.orders"
+        watcher.close()
+    finally:
+        down = kgo("dev", "down", env=env)
+    assert down.code == 0, down.stderr
+    assert not dev.running(state["broker"]["pid"], "kafka.Kafka")

@@ -37,6 +37,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_records import checkpoint, codec, partitioning, records, results
 from tests.support import groups
+from tests.support import topics as test_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -46,25 +47,41 @@ MESSAGES_PER_PARTITION = 20
 T0 = 1_700_000_000_000
 
 
-def create_topics(bootstrap: str, *specs: tuple[str, int]) -> None:
+def create_topics(bootstrap: str, state: tuple[str, int], *data: tuple[str, int]) -> None:
+    """The state topic (compacted, as the coordinator creates it) and data topics (not:
+    Apache Kafka refuses keyless records on a compacted topic)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [
-            NewTopic(name, partitions, 1, config={"cleanup.policy": "compact"})
-            for name, partitions in specs
-        ]
+        [NewTopic(state[0], state[1], 1, config={"cleanup.policy": "compact"})]
+        + [NewTopic(name, partitions, 1) for name, partitions in data]
     )
     for future in futures.values():
         future.result(15)
+    for name, partitions in (state, *data):
+        test_topics.wait_for_leaders(bootstrap, name, partitions)
 
 
 def fill_data_topic(bootstrap: str, topic: str) -> None:
     # Unbatched, so that the test broker's high watermark (the log end for lag) is exact.
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "batch.num.messages": 1,
+            "linger.ms": 0,
+            "enable.idempotence": True,
+        }
+    )
+    failures: list[object] = []
     for partition in range(DATA_PARTITIONS):
         for index in range(MESSAGES_PER_PARTITION):
-            producer.produce(topic, f"m{index}".encode(), partition=partition)
+            producer.produce(
+                topic,
+                f"m{index}".encode(),
+                partition=partition,
+                on_delivery=lambda error, _: failures.append(error) if error else None,
+            )
     assert producer.flush(30) == 0
+    assert failures == [], failures
 
 
 def append(bootstrap: str, state_topic: str, entries: list[tuple[records.Record, int]]) -> None:

@@ -12,15 +12,20 @@ from kafka_group_operator.access import tokens
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from tests.conftest import BROKERS
 from tests.protocol import served
 from tests.support import groups, topics
 
 TOKENS = {"group-a": "token-a", "group-b": "token-b"}
 
 
-@pytest.fixture(scope="package")
-def broker() -> Iterator[embedded.EmbeddedBroker]:
-    """One broker for the package: its tests share one runtime and listeners on it."""
+@pytest.fixture(scope="package", params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> Iterator[embedded.Broker]:
+    """One broker for the package on each kind (Apache Kafka, tansu): its tests share one
+    runtime and listeners on it."""
+    if request.param == "kafka":
+        yield request.getfixturevalue("kafka_broker")
+        return
     with embedded.running_broker() as running:
         yield running
 

@@ -27,7 +27,7 @@ from kafka_group_operator import cli
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config
-from kafka_group_operator.runtime import checkpoints, coordinator_runtime, loader
+from kafka_group_operator.runtime import checkpoints, coordinator_runtime, loader, topic
 from kafka_group_records import checkpoint, codec, partitioning, records
 from tests.runtime import logs
 from tests.support import groups
@@ -299,7 +299,9 @@ async def test_a_checkpoint_beyond_the_log_end_is_dropped_for_that_partition(
     rows.append((1, len(found.survivors[1]), key, value))
     beyond = {**history.end_offsets, 1: history.end_offsets[1] + 1_000_000}
     checkpoints.write(
-        tmp_path, checkpoint.CheckpointManifest(history.config.topic, beyond, len(rows)), rows
+        tmp_path,
+        checkpoint.CheckpointManifest(history.config.topic, beyond, len(rows), NOW_MS),
+        rows,
     )
     config = dataclasses.replace(history.config, checkpoint_uri=str(tmp_path))
     assert await load_state(config) == history.full_state
@@ -317,3 +319,30 @@ def test_the_operator_and_kgo_coordinator_take_a_checkpoint_location() -> None:
     assert config.OperatorConfig.from_env(env).checkpoint_uri == "/mnt/checkpoints"
     argv = ["coordinator", "--bootstrap", "kafka:9092", "--checkpoint", "file:///c"]
     assert cli.build_parser(argv).parse_args(argv).checkpoint == "file:///c"
+
+
+async def test_a_checkpoint_older_than_the_topic_keeps_tombstones_is_not_used(
+    history: History, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka's cleaner drops a tombstone ``delete.retention.ms`` after compacting it: a
+    checkpoint older than that (a week on the topic the coordinator creates) may hold groups
+    whose deletion left no trace in the log after it. A full load instead."""
+    caplog.set_level(logging.INFO, logger="kafka_group_operator.runtime")
+    old = tmp_path / "checkpoint-20260101T000000Z"
+    old.mkdir()
+    (old / checkpoint.RECORDS_FILE).write_bytes(
+        (history.checkpoint / checkpoint.RECORDS_FILE).read_bytes()
+    )
+    manifest = json.loads((history.checkpoint / checkpoint.MANIFEST_FILE).read_text())
+    manifest["createdAtMs"] = NOW_MS - topic.DELETE_RETENTION_MS
+    (old / checkpoint.MANIFEST_FILE).write_text(json.dumps(manifest))
+    config = dataclasses.replace(history.config, checkpoint_uri=str(tmp_path))
+    assert await load_state(config) == history.full_state
+    assert loaded_from_checkpoint(caplog) == []
+    assert f"compaction checkpoint {old} not used: taken 604800 s ago" in warnings(caplog)
+    # A day younger, it is used.
+    manifest["createdAtMs"] = NOW_MS - topic.DELETE_RETENTION_MS + 24 * 3600 * 1000
+    (old / checkpoint.MANIFEST_FILE).write_text(json.dumps(manifest))
+    caplog.clear()
+    assert await load_state(config) == history.full_state
+    assert loaded_from_checkpoint(caplog) == [f"loading from compaction checkpoint {old}"]

@@ -24,6 +24,9 @@ PRODUCE_METHODS = frozenset({"produce", "produce_batch"})
 DATA_TOPIC_PRODUCERS = {
     "kafka_group_operator/commands/demo.py": "the demo's producer of its data topic",
     "kafka_group_operator/commands/dev.py": "`kgo dev produce`: messages for a data topic",
+    "kafka_group_operator/embedded/kafka.py": (
+        "a new Apache Kafka node's warm-up: one transaction to a topic of its own, deleted"
+    ),
 }
 
 

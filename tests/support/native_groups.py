@@ -6,13 +6,24 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+# The group coordinator is loading or moving: ask again.
+_NOT_YET = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+}
 
 
 def offsets(bootstrap: str, group_id: str) -> dict[tuple[str, int], int]:
     """The native group's committed offsets, as ``kafka-consumer-groups.sh`` would show."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Described first: librdkafka's admin client (2.16) crashes the process when an
+    # OffsetFetch answer says COORDINATOR_LOAD_IN_PROGRESS, as Apache Kafka's does while it
+    # loads its groups after a restart; DescribeGroups raises that error instead.
+    admin.describe_consumer_groups([group_id])[group_id].result(10)
     answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)])
     listed = answer[group_id].result(10)
     return {
@@ -39,9 +50,16 @@ async def wait_for_offsets(
 ) -> None:
     """Until the native group carries exactly ``expected``."""
     deadline = time.monotonic() + within
-    seen: dict[tuple[str, int], int] = {}
+    seen: dict[tuple[str, int], int] | str = {}
     while time.monotonic() < deadline:
-        seen = await asyncio.to_thread(offsets, bootstrap, group_id)
+        try:
+            seen = await asyncio.to_thread(offsets, bootstrap, group_id)
+        except KafkaException as error:
+            # Apache Kafka answers COORDINATOR_LOAD_IN_PROGRESS while it loads its groups
+            # (after a restart): retriable, as a tool would retry.
+            if error.args[0].code() not in _NOT_YET:
+                raise
+            seen = error.args[0].str()
         if seen == dict(expected):
             return
         await asyncio.sleep(0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
 
@@ -14,17 +15,36 @@ def create_topic(bootstrap: str, partitions: int, messages_per_partition: int = 
     name = f"orders-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    wait_for_leaders(bootstrap, name, partitions)
     if messages_per_partition:
         produce(bootstrap, name, range(partitions), messages_per_partition)
     return name
+
+
+def wait_for_leaders(bootstrap: str, topic: str, partitions: int, within: float = 30.0) -> None:
+    """Until every partition of a topic just created has a leader: Apache Kafka answers
+    CreateTopics before its brokers know the topic, and a first produce may fail meanwhile."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + within
+    while True:
+        described = admin.list_topics(topic, timeout=10).topics.get(topic)
+        leaders = [] if described is None or described.error else described.partitions.values()
+        if len(leaders) == partitions and all(p.leader >= 0 for p in leaders):
+            return
+        assert time.monotonic() < deadline, f"{topic} has no leader for every partition"
+        time.sleep(0.05)
 
 
 def produce(
     bootstrap: str, topic: str, partitions: Iterable[int], count: int, first: int = 0
 ) -> None:
     """Messages ``first`` to ``first + count - 1`` (``b"m<i>"``) to each of ``partitions``."""
-    # One record per batch: the broker's high watermark is only right for those.
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    # One record per batch: the broker's high watermark is only right for those. Idempotent,
+    # so that a record retried (a topic just created may not have its leader yet on Apache
+    # Kafka) keeps its place: message i is at offset i.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "batch.num.messages": 1, "enable.idempotence": True}
+    )
     for partition in partitions:
         for index in range(first, first + count):
             producer.produce(topic, f"m{index}".encode(), partition=partition)

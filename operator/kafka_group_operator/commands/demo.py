@@ -282,7 +282,7 @@ class LocalGroup:
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kgo-demo-")))
     # Journals and logs are removed on stop unless kept (to look at after a failure).
     keep_directory: bool = field(default_factory=lambda: bool(os.environ.get("KGO_KEEP_FILES")))
-    broker: embedded.EmbeddedBroker | None = None
+    broker: embedded.Broker | None = None
     coordinator: subprocess.Popen[bytes] | None = None
     coordinator_url: str = ""
     # The coordinator's Kafka listener (``kgo coordinator --kafka-port``), for the gateway.
@@ -317,7 +317,7 @@ class LocalGroup:
         unless named (``kgo dev`` uses the default one, which the jobs default to)."""
         return self.state_topic_name or f"{self.group}.group-state"
 
-    def start(self, broker: embedded.EmbeddedBroker | None = None) -> None:
+    def start(self, broker: embedded.Broker | None = None) -> None:
         if broker is None:
             broker = self._exit.enter_context(embedded.running_broker())
         self.broker = broker
@@ -329,7 +329,11 @@ class LocalGroup:
         from confluent_kafka import cimpl
 
         assert self.broker is not None
-        admin = kafka_admin.AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        # Warnings and errors only: not librdkafka's note that it dropped an event it no
+        # longer needed ("Purging 1 unserved events") on the user's terminal.
+        admin = kafka_admin.AdminClient(
+            {"bootstrap.servers": self.broker.bootstrap, "log_level": 4}
+        )
         futures = admin.create_topics([cimpl.NewTopic(name, partitions, 1)])
         for future in futures.values():
             future.result(15)

@@ -14,6 +14,10 @@ broker keeps its data in memory: ``down`` forgets the topic, the offsets and the
 killed had started; an ``up`` interrupted by Ctrl-C stops what it started itself and ends in
 one line (exit code 130).
 
+The broker is the embedded one (tansu, no Java needed) unless ``--broker kafka`` asks for Apache
+Kafka (one KRaft node, its jars fetched once per machine with Maven; its log folder is
+``$KGO_DEV_DIR/kafka``, formatted anew at each ``up``).
+
 The group is started as the demo starts its own (``demo.LocalGroup``), one code path for both.
 """
 
@@ -25,6 +29,7 @@ import gc
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -60,6 +65,11 @@ def register(subparsers: Any) -> None:
         "--messages",
         type=int,
         help=f"messages to produce into it (default {DEFAULTS['messages']})",
+    )
+    up.add_argument(
+        "--broker",
+        choices=sorted(BROKERS),
+        help="the broker: tansu (embedded, the default) or kafka (Apache Kafka, needs Java)",
     )
     up.set_defaults(func=run_up)
     down = actions.add_parser("down", help="stop the broker and the coordinator")
@@ -110,8 +120,14 @@ def stop(pid: int, marker: str) -> None:
             time.sleep(0.05)
 
 
-# The parts of a setup and what their command lines hold.
+# The parts of a setup and what their command lines hold (the broker's, by kind of broker).
 PARTS = {"coordinator": "kafka_group_operator", "broker": "tansu"}
+BROKERS = {"tansu": "tansu", "kafka": "kafka.Kafka"}
+
+
+def markers(state: dict[str, Any]) -> dict[str, str]:
+    """What each part's command line holds; a state written before ``--broker`` is tansu's."""
+    return {**PARTS, "broker": BROKERS[state.get("broker", {}).get("kind", "tansu")]}
 
 
 def read_state() -> dict[str, Any] | None:
@@ -129,7 +145,7 @@ def alive(state: dict[str, Any]) -> dict[str, bool]:
     """Each part's liveness; a part the state has no pid for (an ``up`` cut short) is down."""
     return {
         part: part in state and running(state[part]["pid"], marker)
-        for part, marker in PARTS.items()
+        for part, marker in markers(state).items()
     }
 
 
@@ -147,7 +163,7 @@ def exports(state: dict[str, Any]) -> str:
 
 def stop_all(state: dict[str, Any]) -> None:
     # The coordinator first: it writes to the broker until it stops.
-    for part, marker in PARTS.items():
+    for part, marker in markers(state).items():
         if part in state:
             stop(state[part]["pid"], marker)
 
@@ -172,6 +188,9 @@ def run_up(args: argparse.Namespace) -> int:
         status = alive(state)
         if all(status.values()):
             running_setup = {name: state.get(name) for name in DEFAULTS}
+            running_setup["broker"] = state["broker"].get("kind", "tansu")
+            if args.broker is not None:
+                asked["broker"] = args.broker
             differ = {name: value for name, value in asked.items() if running_setup[name] != value}
             if differ:
                 given = ", ".join(f"--{name} {value}" for name, value in differ.items())
@@ -190,7 +209,7 @@ def run_up(args: argparse.Namespace) -> int:
         note(f"the last setup is half down ({gone} not running); starting again")
         stop_all(state)
         (directory() / STATE_FILE).unlink(missing_ok=True)
-    state = start(argparse.Namespace(**wanted))
+    state = start(argparse.Namespace(**wanted, broker=args.broker or "tansu"))
     sys.stdout.write(exports(state))
     return 0
 
@@ -199,10 +218,17 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     # The demo's harness and the broker module load the Kafka client: imported when used.
     from kafka_group_operator.commands import demo
     from kafka_group_operator.embedded import broker as embedded
+    from kafka_group_operator.embedded import kafka
 
     home = directory()
     home.mkdir(parents=True, exist_ok=True)
-    broker = embedded.EmbeddedBroker(log_path=home / "broker.log")
+    broker: embedded.EmbeddedBroker | kafka.KafkaCluster
+    if args.broker == "kafka":
+        # Formatted anew: the last setup's log folder belongs to a cluster that is gone.
+        shutil.rmtree(home / "kafka", ignore_errors=True)
+        broker = kafka.KafkaCluster(directory=home / "kafka")
+    else:
+        broker = embedded.EmbeddedBroker(log_path=home / "broker.log")
     local = demo.LocalGroup(
         group=args.group,
         topic=args.topic,
@@ -225,8 +251,14 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
         broker.start()
         assert broker.process is not None
         # Recorded at once: `kgo dev down` stops it even if this command is killed now.
-        state["broker"] = {"pid": broker.process.pid, "bootstrap": broker.bootstrap}
+        state["broker"] = {
+            "pid": broker.process.pid,
+            "bootstrap": broker.bootstrap,
+            "kind": args.broker,
+        }
         write_state(state)
+        if isinstance(broker, kafka.KafkaCluster):
+            kafka.warm_up(broker.bootstrap)
         local.broker = broker
         local.create_topic(args.topic, args.partitions)
         produce(broker.bootstrap, args.topic, args.partitions, args.messages)
@@ -249,7 +281,8 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
     assert local.coordinator is not None
     state["coordinator"] = {"pid": local.coordinator.pid, "url": local.coordinator_url}
     write_state(state)
-    note(f"broker on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
+    name = "Apache Kafka broker" if args.broker == "kafka" else "broker"
+    note(f"{name} on {broker.bootstrap}, coordinator on {local.coordinator_url} (logs in {home})")
     note(
         f"topic {args.topic} ({args.partitions} partitions, {args.messages} messages), "
         f"group {args.group} (token in {home / 'tokens.json'})"

@@ -77,6 +77,8 @@ class KafkaLookup:
             # Records are read one at a time (``record_at``), each already in the log: the
             # broker need not hold a fetch back for more (librdkafka's default is 500 ms).
             "fetch.wait.max.ms": 10,
+            # Log ends are last stable offsets, as the coordinator's lag uses.
+            "isolation.level": "read_committed",
         }
         config.update(extra or {})
         self._consumer = Consumer(config)

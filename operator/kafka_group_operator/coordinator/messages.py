@@ -212,6 +212,23 @@ class DeleteGroupRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedOffset:
+    """The brokers' answer for one partition of a ListOffsets: an offset and its timestamp,
+    or Kafka's error code (the offset and timestamp are then -1)."""
+
+    error_code: int = 0
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+# ListOffsets timestamps that name an offset rather than a time (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     """Broker metadata of one topic, fed to the coordinator by the runtime."""
 

@@ -22,10 +22,20 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
+
+
+class Broker(Protocol):
+    """A local broker (tansu here, or Apache Kafka in ``embedded.kafka``) as its users see it."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def stop(self) -> None: ...
 
 
 def free_port() -> int:

@@ -76,6 +76,10 @@ class Coordinator(Protocol):
 
     def known_topics(self) -> Mapping[str, messages.TopicInfo]: ...
 
+    async def list_offsets(
+        self, wanted: Mapping[messages.TopicPartition, int], read_committed: bool
+    ) -> Mapping[messages.TopicPartition, messages.ListedOffset]: ...
+
 
 @dataclass(frozen=True)
 class Node:

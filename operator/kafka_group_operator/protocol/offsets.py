@@ -20,6 +20,11 @@ accepted only while the group has no active member, as Kafka accepts one. (Kafka
 ZooKeeper brokers kept v0 offsets in ZooKeeper, apart from the group's, and its KRaft
 brokers answered v0 UNSUPPORTED_VERSION; here v0 reaches the group's own offsets.)
 
+ListOffsets is answered from the brokers (the listener names itself every partition's leader in
+its Metadata): tools that compute lag or reset offsets through the group's coordinator
+(``kafka-consumer-groups --describe``, ``--reset-offsets``) get the brokers' log ends, read
+committed when asked so. Only versions without tiered-storage timestamps are served.
+
 OffsetDelete answers as Kafka's broker does: a group-level failure (authorization,
 ``GROUP_ID_NOT_FOUND``, ``NOT_COORDINATOR``, ...) is the top-level error with no topics; a
 topic the cluster does not have is ``UNKNOWN_TOPIC_OR_PARTITION`` on each of its partitions
@@ -346,3 +351,40 @@ COMMIT_TRANSLATIONS: Mapping[int, dispatch.Translation] = {
 FETCH_TRANSLATIONS: Mapping[int, dispatch.Translation] = {
     0: dispatch.Translation(1, _read_fetch_v0),
 }
+
+
+async def list_offsets(ctx: dispatch.RequestContext, request: Any) -> Any:
+    wanted = {
+        (topic.name, partition.partition_index): partition.timestamp
+        for topic in request.topics
+        for partition in topic.partitions
+    }
+    read_committed = getattr(request, "isolation_level", 0) == 1
+    failure = ErrorCode.none
+    listed: Mapping[messages.TopicPartition, messages.ListedOffset] = {}
+    if wanted:
+        try:
+            listed = await ctx.coordinator.list_offsets(wanted, read_committed)
+        except errors.CoordinatorError as error:
+            failure = dispatch.error_code(error)
+    unknown = messages.ListedOffset(error_code=failure or ErrorCode.unknown_server_error)
+    topics = tuple(
+        ctx.nested(
+            "ListOffsetsTopicResponse",
+            name=topic.name,
+            partitions=tuple(
+                ctx.nested(
+                    "ListOffsetsPartitionResponse",
+                    partition_index=partition.partition_index,
+                    error_code=ErrorCode(found.error_code),
+                    timestamp=found.timestamp,
+                    offset=found.offset,
+                    leader_epoch=found.leader_epoch,
+                )
+                for partition in topic.partitions
+                for found in (listed.get((topic.name, partition.partition_index), unknown),)
+            ),
+        )
+        for topic in request.topics
+    )
+    return ctx.response(topics=topics)

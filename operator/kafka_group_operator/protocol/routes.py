@@ -44,6 +44,7 @@ ROUTES: Mapping[int, Route] = {
         Route(8, 0, 10, offsets.offset_commit, translations=offsets.COMMIT_TRANSLATIONS),
         Route(9, 0, 10, offsets.offset_fetch, translations=offsets.FETCH_TRANSLATIONS),
         Route(47, 0, 0, offsets.offset_delete),  # OffsetDelete
+        Route(2, 1, 7, offsets.list_offsets),  # ListOffsets (from the brokers)
         Route(16, 0, 5, groups.list_groups),  # ListGroups
         Route(15, 0, 6, groups.describe_groups),  # DescribeGroups
         Route(42, 0, 2, groups.delete_groups),  # DeleteGroups

@@ -9,6 +9,13 @@ manifest exists: the compaction job writes the Parquet first.
 Anything wrong with a checkpoint (missing, unreadable, another topic or partition count) is a
 ``checkpoint.CheckpointError``; the loader then reads the log from its start, which is always
 correct, only slower.
+
+A checkpoint is also too old once the log after it may have lost tombstones: Kafka's cleaner
+drops a tombstone ``delete.retention.ms`` after it compacted the segment holding it, so a
+group deleted (or an offset expired) after the checkpoint was taken would leave no trace in
+the tail, and the checkpoint's record of it would come back. Like any Kafka consumer that
+must see deletes, a load from a checkpoint must end within ``delete.retention.ms`` of the
+checkpoint's reading: ``usable_age_ms`` keeps a margin for the load and for clocks.
 """
 
 from __future__ import annotations
@@ -119,8 +126,27 @@ def read(location: Path, topic: str, partitions: int, wanted: Collection[int]) -
     return Checkpoint(location, manifest, survivors)
 
 
-def newest(uri: str, topic: str, partitions: int, wanted: Collection[int]) -> Checkpoint | None:
-    """The newest usable checkpoint at ``uri`` for these partitions, or None (logged)."""
+# A load and the clocks of the compaction job and of the coordinator get up to an hour (and at
+# most half the topic's delete.retention.ms) between a checkpoint's age and that retention.
+LOAD_MARGIN_MS = 3600 * 1000
+
+
+def usable_age_ms(delete_retention_ms: int) -> int:
+    """The oldest a checkpoint may be for a topic that keeps tombstones this long."""
+    return delete_retention_ms - min(delete_retention_ms // 2, LOAD_MARGIN_MS)
+
+
+def newest(
+    uri: str,
+    topic: str,
+    partitions: int,
+    wanted: Collection[int],
+    *,
+    now_ms: int,
+    delete_retention_ms: int,
+) -> Checkpoint | None:
+    """The newest usable checkpoint at ``uri`` for these partitions, or None (logged). One
+    taken longer ago than ``usable_age_ms`` is not used, nor any older one."""
     try:
         found = candidates(local_directory(uri))
     except checkpoint.CheckpointError as error:
@@ -128,7 +154,20 @@ def newest(uri: str, topic: str, partitions: int, wanted: Collection[int]) -> Ch
         return None
     for location in found:
         try:
-            return read(location, topic, partitions, wanted)
+            taken = read(location, topic, partitions, wanted)
+            age_ms = now_ms - taken.manifest.created_at_ms
+            if age_ms > usable_age_ms(delete_retention_ms):
+                logger.warning(
+                    "compaction checkpoint %s not used: taken %.0f s ago, and the state topic "
+                    "keeps tombstones %.0f s (delete.retention.ms): a group deleted or an "
+                    "offset expired since may have left no trace in the log after it; "
+                    "loading the whole log",
+                    location,
+                    age_ms / 1000,
+                    delete_retention_ms / 1000,
+                )
+                return None
+            return taken
         except checkpoint.CheckpointError as error:
             logger.warning("compaction checkpoint not used: %s", error)
         except Exception:

@@ -45,7 +45,10 @@ Timers call the shard's ``on_timer`` at its ``next_deadline_ms`` (session and re
 timeouts, offsets retention) and at least every ``timer_interval_ms``; broker metadata of
 the cluster's topics is polled and fed to every shard through ``update_topics``. Log-end
 offsets for group lag are refreshed in the background too, so a describe never waits for the
-brokers: lag is computed from the cached log ends, whose age is reported with it.
+brokers: lag is computed from the cached log ends, whose age is reported with it. A log end
+is the last stable offset (ListOffsets read committed): the end a ``read_committed`` consumer
+can reach, so records of a transaction still open are not counted as lag yet (its high
+watermark, which ``kafka-consumer-groups`` shows, counts them).
 
 A runtime may serve only a set of the topic's partitions (``RuntimeConfig.served_partitions``),
 so that several coordinators split one state topic: it loads and writes only those, with the
@@ -92,7 +95,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AdminClient,
@@ -126,6 +129,25 @@ _LOG_END_MIN_GAP_S = 0.2
 # A topic-partition no describe asked about for this long is no longer refreshed.
 _LOG_END_FORGET_S = 600.0
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+# Kafka's UNKNOWN_SERVER_ERROR: what a ListOffsets partition gets for a client-side failure.
+_UNKNOWN_SERVER_ERROR = -1
+
+
+def _offset_spec(timestamp: int) -> Any:
+    if timestamp == messages.LATEST_TIMESTAMP:
+        return _LATEST
+    if timestamp == messages.EARLIEST_TIMESTAMP:
+        return OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    if timestamp == messages.MAX_TIMESTAMP:
+        return OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+    return OffsetSpec.for_timestamp(timestamp)
+
+
+def _broker_error_code(error: KafkaException) -> int:
+    """Kafka's error code of a broker's answer; librdkafka's own (negative) codes are
+    failures of the client, reported as UNKNOWN_SERVER_ERROR."""
+    code = error.args[0].code() if error.args else _UNKNOWN_SERVER_ERROR
+    return code if isinstance(code, int) and code > 0 else _UNKNOWN_SERVER_ERROR
 
 
 def wall_clock_ms() -> int:
@@ -680,6 +702,43 @@ class CoordinatorRuntime:
     def known_topics(self) -> Mapping[str, messages.TopicInfo]:
         """The cluster's topics as last polled: names, partition counts and topic ids."""
         return self._topics
+
+    async def list_offsets(
+        self, wanted: Mapping[messages.TopicPartition, int], read_committed: bool
+    ) -> dict[messages.TopicPartition, messages.ListedOffset]:
+        """The brokers' ListOffsets for each partition's timestamp (or latest, earliest, max
+        timestamp), read committed or not: what the Kafka listener answers, for tools that
+        ask their group coordinator for log ends (``kafka-consumer-groups --describe``)."""
+        admin = self._admin
+        if admin is None:
+            raise errors.CoordinatorNotAvailable("coordinator stopped")
+        specs = {
+            KafkaTopicPartition(topic_name, index): _offset_spec(timestamp)
+            for (topic_name, index), timestamp in wanted.items()
+        }
+        isolation = (
+            IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        )
+        try:
+            futures = admin.list_offsets(
+                specs, isolation_level=isolation, request_timeout=self.config.admin_timeout_s
+            )
+        except KafkaException as error:
+            raise errors.CoordinatorNotAvailable(f"cannot list offsets: {error}") from error
+        listed: dict[messages.TopicPartition, messages.ListedOffset] = {}
+        for partition, future in futures.items():
+            tp = (partition.topic, partition.partition)
+            try:
+                found = await asyncio.wrap_future(future)
+            except KafkaException as error:
+                listed[tp] = messages.ListedOffset(error_code=_broker_error_code(error))
+                continue
+            listed[tp] = messages.ListedOffset(
+                offset=found.offset,
+                timestamp=found.timestamp,
+                leader_epoch=-1 if found.leader_epoch is None else found.leader_epoch,
+            )
+        return listed
 
     async def group_lag(self, group_id: str) -> dict[tuple[str, int], int]:
         """Log-end offset minus committed offset for each partition the group committed whose
@@ -1256,7 +1315,11 @@ class CoordinatorRuntime:
         read_at = time.monotonic()
         read_at_wall = time.time()
         try:
-            futures = admin.list_offsets(requests, request_timeout=self.config.admin_timeout_s)
+            futures = admin.list_offsets(
+                requests,
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.config.admin_timeout_s,
+            )
         except KafkaException as error:
             logger.info("cannot list log-end offsets: %s", error)
             return

@@ -26,7 +26,8 @@ survivors instead of from nothing, and the log is read from the first offset the
 does not cover; compaction then continues over that tail exactly as over the whole log, so the
 result is the same. A partition whose marker lands before that offset (the topic was
 recreated under the checkpoint) drops the checkpoint and is read from the start; a missing,
-unreadable or unfitting checkpoint means reading every partition from the start.
+unreadable or unfitting checkpoint, or one older than the topic keeps tombstones
+(``delete.retention.ms``, see ``checkpoints``), means reading every partition from the start.
 
 The runtime's loads (``load_survivors``) hand offset commits written in the coordinator's own
 form to the shard undecoded (``coordinator.offsets.EncodedCommit``: the group and partition
@@ -60,9 +61,10 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.coordinator import offsets
-from kafka_group_operator.runtime import checkpoints, errors, writer
+from kafka_group_operator.runtime import checkpoints, errors, topic, writer
 from kafka_group_records import codec, records
 
 logger = logging.getLogger(__name__)
@@ -77,6 +79,8 @@ _CONSUME_BATCH = 10_000
 # How long one consume() call waits: it returns before that only with a full batch, so the
 # marker that ends a load is handed over up to this long after it arrived.
 _CONSUME_WAIT_S = 0.01
+# Reading the topic's delete.retention.ms before using a checkpoint.
+_ADMIN_TIMEOUT_S = 10.0
 
 
 def compact(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | None]:
@@ -312,6 +316,10 @@ class PartitionLoader:
         self.topic = topic
         # Checkpoints are used only when the topic's partition count is known to match.
         self._checkpoint_uri = checkpoint_uri if partition_count is not None else None
+        self._admin_config: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": bootstrap_servers,
+            **kafka_config,
+        }
         self._partition_count = partition_count or 0
         self._writer = state_writer
         self._clock_ms = clock_ms
@@ -428,10 +436,7 @@ class PartitionLoader:
         decoders = {p: decoding() for p in nonces}
         ahead: dict[int, Mapping[bytes, tuple[bytes, object]]] = {}
         if self._checkpoint_uri is not None:
-            with collector_paused():
-                found = checkpoints.newest(
-                    self._checkpoint_uri, self.topic, self._partition_count, list(nonces)
-                )
+            found = self._checkpoint(self._checkpoint_uri, list(nonces))
             if found is not None:
                 logger.info("loading from compaction checkpoint %s", found.location)
                 for index in nonces:
@@ -557,6 +562,24 @@ class PartitionLoader:
         except Exception as error:
             logger.exception("state partition %d failed to load", partition)
             return error
+
+    def _checkpoint(self, uri: str, wanted: list[int]) -> checkpoints.Checkpoint | None:
+        try:
+            retention = topic.delete_retention_ms(
+                AdminClient(self._admin_config), self.topic, _ADMIN_TIMEOUT_S
+            )
+        except errors.StateTopicUnavailable as error:
+            logger.warning("no compaction checkpoint used: %s; loading the whole log", error)
+            return None
+        with collector_paused():
+            return checkpoints.newest(
+                uri,
+                self.topic,
+                self._partition_count,
+                wanted,
+                now_ms=self._clock_ms(),
+                delete_retention_ms=retention,
+            )
 
     @staticmethod
     def _log_error(error: KafkaError | None) -> None:

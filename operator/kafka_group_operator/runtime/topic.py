@@ -20,6 +20,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from kafka_group_operator.runtime import errors
 
+# Kafka's default delete.retention.ms: how long a cleaned tombstone stays readable.
+KAFKA_DELETE_RETENTION_MS = 24 * 3600 * 1000
+# The state topic's, when the operator creates it: a week, so that a checkpoint of the daily
+# compaction is always younger than the tombstones after it (see checkpoints.usable_age_ms).
+DELETE_RETENTION_MS = 7 * 24 * 3600 * 1000
+
 
 @dataclass(frozen=True, slots=True)
 class TopicSettings:
@@ -54,6 +60,7 @@ def _create(admin: AdminClient, settings: TopicSettings, timeout_s: float) -> bo
         config={
             "cleanup.policy": "compact",
             "min.insync.replicas": str(settings.min_insync_replicas),
+            "delete.retention.ms": str(DELETE_RETENTION_MS),
         },
     )
     future = admin.create_topics([new_topic], operation_timeout=timeout_s)[settings.name]
@@ -107,3 +114,22 @@ def _config_value(configs: dict[str, object], name: str, default: str) -> str:
     entry = configs.get(name)
     value = getattr(entry, "value", None)
     return default if value is None else str(value)
+
+
+def delete_retention_ms(admin: AdminClient, name: str, timeout_s: float) -> int:
+    """The topic's ``delete.retention.ms``: how long the cleaner keeps a tombstone once it
+    has compacted the segment holding it (``StateTopicUnavailable`` when unreadable)."""
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    except KafkaException as error:
+        raise errors.StateTopicUnavailable(
+            f"cannot describe state topic {name!r}: {error}"
+        ) from error
+    value = _config_value(configs, "delete.retention.ms", str(KAFKA_DELETE_RETENTION_MS))
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.StateTopicUnavailable(
+            f"state topic {name!r} has delete.retention.ms={value!r}"
+        ) from None

@@ -1,0 +1,65 @@
+"""The Apache Kafka the tests and ``kgo dev up --broker kafka`` run: its pom, its cache, a
+node's restart, a cluster of three."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from kafka_group_operator.embedded import kafka
+
+POM = "{http://maven.apache.org/POM/4.0.0}"
+
+
+def test_the_pom_declares_the_version_the_module_runs() -> None:
+    root = ElementTree.parse(kafka.pom()).getroot()
+    version = root.find(f"{POM}properties/{POM}kafka.version")
+    assert version is not None
+    assert version.text == kafka.KAFKA_VERSION
+    artifacts = {
+        dependency.findtext(f"{POM}artifactId")
+        for dependency in root.iter(f"{POM}dependency")
+        if dependency.findtext(f"{POM}groupId") == "org.apache.kafka"
+    }
+    assert artifacts == {"kafka_2.13", "kafka-server", "kafka-tools", "kafka-clients"}
+
+
+def test_the_jars_are_cached_outside_the_clone_by_version() -> None:
+    lib = kafka.distribution()
+    assert lib.parent.name == f"kafka-{kafka.KAFKA_VERSION}"
+    assert (lib / ".complete").exists()
+    assert (lib / f"kafka_2.13-{kafka.KAFKA_VERSION}.jar").exists()
+    assert (lib / f"kafka-tools-{kafka.KAFKA_VERSION}.jar").exists()
+
+
+def test_a_cluster_id_is_kraft_shaped() -> None:
+    ids = {kafka.new_cluster_id() for _ in range(100)}
+    assert len(ids) == 100
+    assert all(len(i) == 22 and "=" not in i for i in ids)
+
+
+@pytest.mark.broker
+def test_a_node_keeps_its_topics_across_a_restart(kafka_broker: kafka.KafkaCluster) -> None:
+    from tests.support import topics
+
+    topic = topics.create_topic(kafka_broker.bootstrap, 2, messages_per_partition=3)
+    kafka_broker.restart()
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    described = admin.list_topics(topic, timeout=10).topics[topic]
+    assert len(described.partitions) == 2
+
+
+@pytest.mark.broker
+def test_the_cluster_replicates_new_topics_three_ways(kafka_cluster: kafka.KafkaCluster) -> None:
+    from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    name = "replicated-by-default"
+    admin.create_topics([NewTopic(name, 2)])[name].result(30)
+    described = admin.list_topics(name, timeout=10).topics[name]
+    assert all(len(p.replicas) == 3 for p in described.partitions.values())
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["min.insync.replicas"].value == "2"
