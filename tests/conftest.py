@@ -27,6 +27,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "tansu_deviation(reason): tansu deviates from Apache Kafka here; "
         "the test's tansu case is an expected failure",
     )
+    config.addinivalue_line(
+        "markers",
+        "kafka_cannot(reason): the client under test cannot run against Apache Kafka 4 at "
+        "all, with or without the operator; the test's Kafka case is skipped, saying why",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -39,6 +44,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             mixed.append(item)  # a test with both brokers runs on one kind at a time
             continue
         kept.append(item)
+        cannot = item.get_closest_marker("kafka_cannot")
+        if cannot is not None and "kafka" in on:
+            reason = cannot.args[0] if cannot.args else cannot.kwargs["reason"]
+            item.add_marker(pytest.mark.skip(reason=f"Apache Kafka 4: {reason}"))
         deviation = item.get_closest_marker("tansu_deviation")
         if deviation is not None and "tansu" in on:
             reason = deviation.args[0] if deviation.args else deviation.kwargs["reason"]

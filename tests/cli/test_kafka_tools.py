@@ -237,10 +237,13 @@ def test_describe_through_the_coordinator_matches_kgo(setup: Setup, via: str) ->
     try:
         until(member.assigned, "the member owns every partition")
         ours = {row["partition"]: row for row in setup.describe(group)}
-        described = until(
-            lambda: by_partition(rows(tool(server, "--describe", "--group", group))),
-            "the tool describes the group",
-        )
+        outputs: list[str] = []
+
+        def described_now() -> Any:
+            outputs[:] = [tool(server, "--describe", "--group", group)]
+            return by_partition(rows(outputs[0]))
+
+        described = until(described_now, "the tool describes the group", outputs)
         assert set(described) == set(range(PARTITIONS))
         for partition, row in described.items():
             assert int(row["CURRENT-OFFSET"]) == ours[partition]["currentOffset"] == partition + 1
