@@ -761,3 +761,25 @@ def test_a_load_rebuilds_a_stable_group_and_starts_every_session() -> None:
     assert armed[timers.classic_heartbeat_key(GROUP, follower)].deadline_ms == (
         h.now_ms + SESSION_MS
     )
+
+
+def test_a_new_member_parked_past_its_join_timeout_is_answered_and_removed() -> None:
+    h = Harness(
+        settings=coordinator_config.CoordinatorConfig(
+            initial_rebalance_delay_ms=0, new_member_join_timeout_ms=5_000
+        ),
+        new_uuid=iter(f"uuid{n}" for n in itertools.count()).__next__,
+    )
+    leader, follower = stable_pair(h)
+    h.completions.clear()
+    # A third member joins: a rebalance the others must rejoin; only the leader does.
+    newcomer = join(h).response.key.member_id
+    join(h, leader)
+    h.tick(4_999)
+    heartbeat(h, follower, 1)
+    assert h.completions == []
+    h.tick(1)
+    # Kafka's removeMemberAndUpdateClassicGroup: answered UNKNOWN_MEMBER_ID, then removed.
+    assert isinstance(answer(h, "join", newcomer).error, errors.UnknownMemberId)
+    assert newcomer not in {m.member_id for m in h.shard.describe_group(GROUP).members}
+    assert state(h) == "PreparingRebalance"

@@ -151,16 +151,20 @@ class ClassicMembership:
             if request.instance_id is not None
             else None
         )
+        # One protocol every classic member supports (not only one per pair): the group
+        # could otherwise not vote one if it became a classic group.
+        common = set(names)
         for other in existing.members.values():
             if other.member_id in (member_id, replaced):
                 continue
             metadata = classic_metadata(other)
             if metadata is None:
                 continue
-            if not names & {protocol.name for protocol in metadata.supported_protocols}:
+            common &= {protocol.name for protocol in metadata.supported_protocols}
+            if not common:
                 raise errors.InconsistentGroupProtocol(
-                    f"Member {member_id or '(new)'} shares no protocol with member "
-                    f"{other.member_id} of group {request.group_id}."
+                    f"Member {member_id or '(new)'} shares no protocol with every classic "
+                    f"member of group {request.group_id} (last: {other.member_id})."
                 )
 
     def _check_rejoin(

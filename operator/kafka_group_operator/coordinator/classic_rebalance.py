@@ -176,6 +176,7 @@ class ClassicRebalance:
             group = live.copy()
         work = _Round(group, now_ms)
         work.records.extend(preceding or ())
+        written_before = len(work.records)
         if not self._accepts_joining_member(group, request.member_id):
             group.remove(request.member_id)
             work.answer(error=errors.GroupMaxSizeReached(f"Group {group.group_id} is full."))
@@ -183,7 +184,7 @@ class ClassicRebalance:
             self._join_new_member(work, request)
         else:
             self._join_existing_member(work, request)
-        if is_new and not work.records:
+        if is_new and len(work.records) == written_before:
             # Kafka commits a group a join created with an empty GroupMetadata record.
             work.records.append(
                 coordinator_records.new_group_metadata_record(

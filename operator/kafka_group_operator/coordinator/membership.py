@@ -86,6 +86,13 @@ class Membership:
         # groups keep the metadata in their records (after a restart nothing is "deleted").
         self.topic_feed: dict[str, schema.TopicMetadata] | None = None
 
+    def on(self, groups: Mapping[str, group.ConsumerGroup]) -> Membership:
+        """The same handlers over ``groups`` (a group about to be written, e.g. converted
+        from a classic group, over the real ones); they share the soft state."""
+        other = Membership(groups, self._assignors, self._deadlines)
+        other.topic_feed = self.topic_feed
+        return other
+
     # -----------------------------------------------------------------------------------
     # Heartbeat
 

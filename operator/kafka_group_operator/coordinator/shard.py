@@ -38,6 +38,7 @@ timer once from the loaded state, exactly as live replay would have left them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,7 @@ from kafka_group_operator.coordinator import (
     group_state,
     membership,
     messages,
+    migration,
     offsets,
     result,
     timers,
@@ -90,23 +92,6 @@ def _server_assigned(existing: group.ConsumerGroup) -> bool:
     """Whether the group's resource asks the coordinator to assign (``spec.assignment:
     Server``); a group without a resource follows what its members speak."""
     return existing.config is not None and not existing.config.client_assignment
-
-
-def _fail_parked(
-    existing: classic_group.ClassicGroup, error: errors.CoordinatorError
-) -> list[result.Completion]:
-    """Answer every parked JoinGroup and SyncGroup of a group leaving memory."""
-    completions = []
-    for member in existing.members.values():
-        if member.awaiting_join:
-            completions.append(
-                result.Completion(result.join_key(existing.group_id, member.member_id), error=error)
-            )
-        if member.awaiting_sync:
-            completions.append(
-                result.Completion(result.sync_key(existing.group_id, member.member_id), error=error)
-            )
-    return completions
 
 
 def _describe_classic(existing: classic_group.ClassicGroup) -> messages.GroupDescription:
@@ -195,7 +180,65 @@ class CoordinatorShard:
     def heartbeat(
         self, request: messages.HeartbeatRequest, now_ms: int
     ) -> result.Result[messages.HeartbeatResponse]:
-        return self._membership.heartbeat(request, now_ms)
+        classic_existing = self._classic_groups.get(request.group_id)
+        if classic_existing is not None:
+            return self._heartbeat_to_classic_group(classic_existing, request, now_ms)
+        outcome = self._membership.heartbeat(request, now_ms)
+        existing = self._groups.get(request.group_id)
+        if (
+            request.member_epoch == messages.LEAVE_EPOCH
+            and existing is not None
+            and migration.can_downgrade(existing, (request.member_id,), self._settings)
+        ):
+            # The last consumer-protocol member leaves: its classic members become a
+            # classic group (Kafka's consumerGroupFenceMember).
+            records, soft = migration.downgrade(
+                existing, (request.member_id,), self._rebalance, now_ms
+            )
+            return result.Result(outcome.response, records, soft)
+        return outcome
+
+    def _heartbeat_to_classic_group(
+        self,
+        existing: classic_group.ClassicGroup,
+        request: messages.HeartbeatRequest,
+        now_ms: int,
+    ) -> result.Result[messages.HeartbeatResponse]:
+        """A KIP-848 member and a classic group (Kafka's getOrMaybeCreateConsumerGroup): an
+        empty one is replaced, a non-empty one converted when the policy allows."""
+        group_id = request.group_id
+        if request.member_epoch != messages.JOIN_EPOCH:
+            raise errors.GroupIdNotFound(f"Group {group_id} is not a consumer group.")
+        if existing.state is group_state.ClassicGroupState.EMPTY:
+            preceding = [coordinator_records.new_group_metadata_tombstone(group_id)]
+            completions: list[result.Completion] = []
+        elif migration.can_upgrade(existing, self._settings):
+            feed = self._membership.topic_feed or {}
+            preceding = migration.upgrade_records(existing, feed)
+            completions = migration.fail_parked(
+                existing,
+                errors.RebalanceInProgress(f"Group {group_id} became a consumer group."),
+            )
+        else:
+            raise errors.GroupIdNotFound(f"Group {group_id} is not a consumer group.")
+        # The member's heartbeat, on the group those records leave behind.
+        converted = group.ConsumerGroup(group_id)
+        holder = self._groups.get(group_id)
+        if holder is not None and holder.config is not None:
+            converted.apply(
+                coordinator_records.new_group_config_record(group_id, holder.config),
+                strict=False,
+            )
+        for record in preceding:
+            if not isinstance(record.key, schema.GroupMetadataKey):
+                converted.apply(record, strict=False)
+        joined = self._membership.on(collections.ChainMap({group_id: converted}, self._groups))
+        outcome = joined.heartbeat(request, now_ms)
+        if completions:
+            migration.arm_sessions(existing, self._deadlines, now_ms)
+        return result.Result(
+            outcome.response, [*preceding, *outcome.records], outcome.soft, completions
+        )
 
     def classic_join(self, request: messages.ClassicJoinRequest, now_ms: int) -> result.Result[Any]:
         """A JoinGroup; its response may be ``result.Deferred`` (parked) or ``result.Failed``."""
@@ -315,7 +358,7 @@ class CoordinatorShard:
         completions: list[result.Completion] = []
         if classic_existing is not None:
             records.append(coordinator_records.new_group_metadata_tombstone(group_id))
-            completions = _fail_parked(
+            completions = migration.fail_parked(
                 classic_existing, errors.CoordinatorNotAvailable(f"Group {group_id} was deleted.")
             )
         if existing is not None:
@@ -385,9 +428,15 @@ class CoordinatorShard:
             if key.member_id not in fenced[key.group_id]:
                 fenced[key.group_id].append(key.member_id)
         for group_id, member_ids in fenced.items():
-            records.extend(
-                self._membership.removal_records(self._groups[group_id], member_ids, now_ms)
-            )
+            existing = self._groups[group_id]
+            if migration.can_downgrade(existing, member_ids, self._settings):
+                converted, converted_soft = migration.downgrade(
+                    existing, member_ids, self._rebalance, now_ms
+                )
+                records.extend(converted)
+                soft.extend(converted_soft)
+                continue
+            records.extend(self._membership.removal_records(existing, member_ids, now_ms))
         return result.Result(None, records, soft, completions)
 
     def _classic_timer(
