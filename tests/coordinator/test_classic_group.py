@@ -783,3 +783,19 @@ def test_a_new_member_parked_past_its_join_timeout_is_answered_and_removed() -> 
     assert isinstance(answer(h, "join", newcomer).error, errors.UnknownMemberId)
     assert newcomer not in {m.member_id for m in h.shard.describe_group(GROUP).members}
     assert state(h) == "PreparingRebalance"
+
+
+def test_a_scale_down_removes_static_members_of_a_classic_group_at_once() -> None:
+    h = harness()
+    leader = join(h, instance_id="pod-0").response.key.member_id
+    follower = join(h, instance_id="pod-1").response.key.member_id
+    end_join_phase(h)
+    sync(h, follower, 1, instance_id="pod-1")
+    sync(h, leader, 1, {leader: b"L", follower: b"F"}, instance_id="pod-0")
+    removed = h.apply(
+        h.shard.remove_members(messages.RemoveMembersRequest(GROUP, ("pod-1", "pod-7")), h.now_ms)
+    )
+    assert removed.response == {"pod-1": None, "pod-7": "UNKNOWN_MEMBER_ID"}
+    # The leader is told to rejoin and reassigns without pod-1.
+    assert state(h) == "PreparingRebalance"
+    assert [m.member_id for m in h.shard.describe_group(GROUP).members] == [leader]

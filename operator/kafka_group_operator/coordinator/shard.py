@@ -300,6 +300,15 @@ class CoordinatorShard:
     def remove_members(
         self, request: messages.RemoveMembersRequest, now_ms: int
     ) -> result.Result[dict[str, str | None]]:
+        if request.group_id in self._classic_groups:
+            # A classic group: Kafka's admin removal, a LeaveGroup by instance id alone.
+            leave = messages.ClassicLeaveRequest(
+                request.group_id,
+                tuple(messages.ClassicLeavingMember("", i) for i in request.instance_ids),
+            )
+            left = self._rebalance.leave(leave, now_ms)
+            outcome = dict(zip(request.instance_ids, left.response.errors, strict=True))
+            return result.Result(outcome, left.records, left.soft, left.completions)
         return self._membership.remove_members(request, now_ms)
 
     def update_topics(
