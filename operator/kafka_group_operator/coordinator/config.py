@@ -50,3 +50,13 @@ class CoordinatorConfig:
 
 
 DEFAULT = CoordinatorConfig()
+
+
+def parse_migration_policy(name: str) -> MigrationPolicy:
+    """Kafka's case-insensitive policy name; ValueError naming the choices otherwise (Kafka
+    reads an unknown name as ``disabled``, a silent surprise this refuses instead)."""
+    try:
+        return MigrationPolicy(name.strip().lower())
+    except ValueError:
+        choices = ", ".join(policy.value for policy in MigrationPolicy)
+        raise ValueError(f"migration policy {name!r} is not one of {choices}") from None
