@@ -137,6 +137,13 @@ class ClassicMembership:
         request: messages.ClassicJoinRequest,
     ) -> None:
         """Kafka's ``ConsumerGroup.supportsClassicProtocols``."""
+        if request.protocol_type == messages.CLASSIC_PROTOCOL_TYPE and not (
+            request.subscription_readable
+        ):
+            raise errors.InconsistentGroupProtocol(
+                "The protocol metadata is not a ConsumerProtocolSubscription: a consumer group "
+                "reads it."
+            )
         if request.protocol_type != messages.CLASSIC_PROTOCOL_TYPE or not request.protocols:
             raise errors.InconsistentGroupProtocol(
                 f"Protocol type {request.protocol_type!r} with {len(request.protocols)} "

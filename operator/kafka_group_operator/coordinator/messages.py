@@ -282,6 +282,9 @@ class ClassicJoinRequest:
     client_host: str = ""
     # JoinGroup v9+ (KIP-814): a returning static leader may be told to skip assigning.
     supports_skip_assignment: bool = False
+    # False when the ``consumer`` metadata is not a ConsumerProtocolSubscription: a classic
+    # group relays it anyway, a consumer group refuses it.
+    subscription_readable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,10 @@ from kafka_group_records import records as schema
 
 ClassicState = group_state.ClassicGroupState
 
+# Kafka's offsets.retention.check.interval.ms (default): how often its cleanup runs; an empty
+# classic group without offsets is deleted by the next one.
+RETENTION_CHECK_INTERVAL_MS = 600_000
+
 MAX_METADATA_BYTES = 4096
 # OffsetDelete's refusal of a partition whose topic a member subscribes to (Kafka's error
 # 86, a per-partition error with no coordinator exception of its own).

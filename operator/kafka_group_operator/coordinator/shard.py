@@ -476,9 +476,8 @@ class CoordinatorShard:
             coordinator_records.new_offset_commit_tombstone(group_id, topic, partition)
             for topic, partition in due
         ]
-        if existing.state is group_state.ClassicGroupState.EMPTY and len(
-            due
-        ) == self._offsets.count(group_id):
+        gone = len(due) == self._offsets.count(group_id)
+        if existing.state is group_state.ClassicGroupState.EMPTY and gone:
             records.append(coordinator_records.new_group_metadata_tombstone(group_id))
         return records
 
@@ -729,8 +728,10 @@ class CoordinatorShard:
             and existing.state is group_state.ClassicGroupState.EMPTY
             and not self._offsets.has_offsets(group_id)
         ):
-            # An empty group without offsets goes at once (Kafka: at its next cleanup).
-            deadline = existing.state_timestamp or 0
+            # An empty group without offsets goes at Kafka's next offsets cleanup, at most
+            # offsets.retention.check.interval.ms after it became empty (a member told
+            # MEMBER_ID_REQUIRED has that long to come back with its id).
+            deadline = (existing.state_timestamp or 0) + offsets.RETENTION_CHECK_INTERVAL_MS
         return deadline
 
     # -----------------------------------------------------------------------------------
