@@ -104,8 +104,16 @@ class Member:
     """One JVM consumer: its events as they come, commands on its stdin."""
 
     def __init__(self, argv: list[str]) -> None:
+        # JAVA_TEST_LOGS names a directory for the JVMs' logs (stderr), to debug a failure.
+        logs = os.environ.get("JAVA_TEST_LOGS")
+        stderr: Any = subprocess.DEVNULL
+        if logs:
+            stderr = open(  # noqa: SIM115 - the process owns it
+                os.path.join(logs, f"{argv[argv.index('-cp') + 2]}-{uuid.uuid4().hex[:6]}.log"),
+                "wb",
+            )
         self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
         )
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -452,3 +460,144 @@ async def test_java_consumer_scenario(
 def _append(path: str, line: str) -> None:
     with open(path, "a") as out:
         out.write(line)
+
+
+# ---------------------------------------------------------------------------------------
+# Kafka Streams 4.4: a classic group whose leader's assignor ("stream") carries the task
+# assignment in the assignment's user data, relayed by the coordinator as it is.
+
+
+class Instance(Member):
+    def state(self) -> str | None:
+        states = [e["state"] for e in self.snapshot() if e["event"] == "state"]
+        return states[-1] if states else None
+
+    def tasks(self) -> tuple[set[str], set[str]]:
+        reports = [e for e in self.snapshot() if e["event"] == "tasks"]
+        if not reports:
+            return set(), set()
+        return set(reports[-1]["active"]), set(reports[-1]["standby"])
+
+
+def word_counts(bootstrap: str, topic: str) -> dict[str, int]:
+    """The latest count of each word in the output topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        counts: dict[str, int] = {}
+        idle = 0
+        while idle < 3:
+            message = consumer.poll(0.3)
+            if message is None:
+                idle += 1
+                continue
+            if message.error() is None and message.key() is not None:
+                counts[message.key().decode()] = int(message.value().decode())
+        return counts
+    finally:
+        consumer.close()
+
+
+async def test_kafka_streams_word_count_at_least_once(
+    kafka: str,
+    kafka_gateway: protocol_gateway.Gateway,
+    kafka_runtime: coordinator_runtime.CoordinatorRuntime,
+    tmp_path: Any,
+) -> None:
+    words_in = topics.create_topic(kafka, PARTITIONS, messages_per_partition=0)
+    counts_out = topics.create_topic(kafka, PARTITIONS, messages_per_partition=0)
+    app = f"wordcount-{uuid.uuid4().hex[:6]}"
+    expected: dict[str, int] = {}
+
+    def produce_lines(lines: list[str]) -> None:
+        for index, line in enumerate(lines):
+            produce(kafka, words_in, index % PARTITIONS, [line])
+            for word in line.split():
+                expected[word] = expected.get(word, 0) + 1
+
+    def instance(name: str) -> Instance:
+        return Instance(
+            java.command(
+                "WordCount",
+                f"127.0.0.1:{kafka_gateway.port}",
+                app,
+                words_in,
+                counts_out,
+                str(tmp_path / name),
+                "at_least_once",
+            )
+        )
+
+    async def counted() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            seen = await asyncio.to_thread(word_counts, kafka, counts_out)
+            if seen == expected:
+                return
+            assert time.monotonic() < deadline, (seen, expected)
+            await asyncio.sleep(0.5)
+
+    report: dict[str, Any] = {"config": "kafka-streams-at-least-once"}
+    instances: list[Instance] = []
+    try:
+        first, second = instance("a"), instance("b")
+        instances += [first, second]
+        started = time.monotonic()
+        await asyncio.to_thread(produce_lines, ["the quick brown fox", "jumps over the lazy dog"])
+
+        def running_split() -> bool:
+            (a_active, _), (b_active, _) = first.tasks(), second.tasks()
+            return (
+                first.state() == "RUNNING"
+                and second.state() == "RUNNING"
+                and bool(a_active)
+                and bool(b_active)
+                and not a_active & b_active
+            )
+
+        report["both_running_s"] = await until(running_split, "both instances running")
+        await counted()
+        report["first_counts_s"] = time.monotonic() - started
+        # Standby replicas: each instance keeps a copy of some task the other runs.
+        (a_active, a_standby), (b_active, b_standby) = first.tasks(), second.tasks()
+        assert a_standby or b_standby
+        assert not a_standby & a_active
+        assert not b_standby & b_active
+        # The group is a classic group of the "stream" protocol, relayed as the leader sent.
+        described = await kafka_runtime.describe_group(app)
+        assert (described.group_type, described.protocol_type) == ("classic", "consumer")
+        assert described.assignor == "stream"
+
+        # kill -9: the survivor takes every task once the session timeout passed.
+        all_active = a_active | b_active
+        await asyncio.sleep(1.0)  # a commit interval or more: nothing left uncommitted
+        second.stop()
+        killed_at = time.monotonic()
+        await until(lambda: first.tasks()[0] == all_active, "every task at the survivor")
+        report["tasks_moved_after_kill_s"] = time.monotonic() - killed_at
+        await asyncio.to_thread(produce_lines, ["the dog barks", "the fox runs"])
+        await counted()
+
+        # A restart resumes from the committed offsets: nothing counted twice.
+        restarted = instance("b")
+        instances.append(restarted)
+        restarted_at = time.monotonic()
+        await until(
+            lambda: restarted.state() == "RUNNING" and bool(restarted.tasks()[0]),
+            "the restarted instance running",
+        )
+        report["restart_running_s"] = time.monotonic() - restarted_at
+        await asyncio.to_thread(produce_lines, ["quick quick dog"])
+        await counted()
+        report["total_s"] = time.monotonic() - started
+    finally:
+        for each in instances:
+            each.stop()
+        path = os.environ.get("JAVA_MATRIX_REPORT")
+        if path:
+            await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
