@@ -601,3 +601,206 @@ async def test_kafka_streams_word_count_at_least_once(
         path = os.environ.get("JAVA_MATRIX_REPORT")
         if path:
             await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Kafka Connect 4.4: a distributed worker pair, whose worker group has protocol type
+# "connect" (a classic group: the leader worker assigns connectors and tasks), running a
+# file source and a file sink (tests/clients/java/LinesConnectors.java).
+
+
+def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_kafka_connect_worker_pair(
+    kafka: str,
+    kafka_gateway: protocol_gateway.Gateway,
+    kafka_runtime: coordinator_runtime.CoordinatorRuntime,
+    tmp_path: Any,
+) -> None:
+    cluster = f"connect-{uuid.uuid4().hex[:6]}"
+    topic = topics.create_topic(kafka, 1, messages_per_partition=0)
+    source, sink = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("")
+    ports: dict[str, int] = {}
+
+    def worker(name: str) -> subprocess.Popen[bytes]:
+        ports.setdefault(name, _free_port())
+        settings = {
+            "bootstrap.servers": f"127.0.0.1:{kafka_gateway.port}",
+            "group.id": cluster,
+            "config.storage.topic": f"{cluster}-configs",
+            "offset.storage.topic": f"{cluster}-offsets",
+            "status.storage.topic": f"{cluster}-status",
+            "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "listeners": f"http://127.0.0.1:{ports[name]}",
+            "rest.advertised.host.name": "127.0.0.1",
+            "offset.flush.interval.ms": "500",
+            "session.timeout.ms": "6000",
+            "heartbeat.interval.ms": "500",
+            # A lost worker's connectors and tasks move as soon as it is gone.
+            "scheduled.rebalance.max.delay.ms": "0",
+            "consumer.session.timeout.ms": "6000",
+            "consumer.heartbeat.interval.ms": "500",
+        }
+        path = tmp_path / f"{name}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        logs = os.environ.get("JAVA_TEST_LOGS")
+        out: Any = open(os.path.join(logs, f"connect-{name}.log"), "ab") if logs else None  # noqa: SIM115
+        return subprocess.Popen(
+            java.command("org.apache.kafka.connect.cli.ConnectDistributed", str(path), heap_mb=384),
+            stdout=out or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if out else subprocess.DEVNULL,
+        )
+
+    def url(name: str, path: str) -> str:
+        return f"http://127.0.0.1:{ports[name]}{path}"
+
+    async def rest(name: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        return await asyncio.to_thread(_http, method, url(name, path), body)
+
+    async def answers(name: str) -> bool:
+        try:
+            await rest(name, "GET", "/connectors")
+        except Exception:
+            return False
+        return True
+
+    async def wait_async(condition: Callable[[], Any], what: str) -> float:
+        started = time.monotonic()
+        while not await condition():
+            assert time.monotonic() - started < WAIT_S * 2, f"timed out waiting for {what}"
+            await asyncio.sleep(0.3)
+        return time.monotonic() - started
+
+    def sunk() -> list[str]:
+        return sink.read_text().splitlines() if sink.exists() else []
+
+    written: list[str] = []
+
+    def write(lines: list[str]) -> None:
+        written.extend(lines)
+        with source.open("a") as out:
+            out.write("".join(line + "\n" for line in lines))
+
+    report: dict[str, Any] = {"config": "kafka-connect"}
+    workers = {"w1": worker("w1"), "w2": worker("w2")}
+    try:
+        started = time.monotonic()
+        for name in workers:
+            await wait_async(lambda name=name: answers(name), f"worker {name}'s REST API")
+        report["workers_up_s"] = time.monotonic() - started
+        await rest(
+            "w1",
+            "POST",
+            "/connectors",
+            {
+                "name": "lines-in",
+                "config": {
+                    "connector.class": "LinesConnectors$Source",
+                    "tasks.max": "1",
+                    "file": str(source),
+                    "topic": topic,
+                },
+            },
+        )
+        await rest(
+            "w1",
+            "POST",
+            "/connectors",
+            {
+                "name": "lines-out",
+                "config": {
+                    "connector.class": "LinesConnectors$Sink",
+                    "tasks.max": "1",
+                    "file": str(sink),
+                    "topics": topic,
+                },
+            },
+        )
+        write([f"line-{i}" for i in range(5)])
+
+        async def all_sunk() -> bool:
+            return set(sunk()) >= set(written)
+
+        report["first_lines_s"] = await wait_async(all_sunk, "the first lines in the sink")
+        # The worker group is a classic group of protocol type "connect".
+        described = await kafka_runtime.describe_group(cluster)
+        assert (described.group_type, described.protocol_type) == ("classic", "connect")
+        assert len(described.members) == 2
+        # The sink's consumer group works as any consumer group would.
+        sink_group = await kafka_runtime.describe_group("connect-lines-out")
+        assert sink_group.state == "Stable"
+
+        async def placement() -> dict[str, str]:
+            where: dict[str, str] = {}
+            for connector in ("lines-in", "lines-out"):
+                status = await rest(
+                    "w1" if workers["w1"].poll() is None else "w2",
+                    "GET",
+                    f"/connectors/{connector}/status",
+                )
+                for task in status.get("tasks", []):
+                    if task.get("state") == "RUNNING":
+                        where[connector] = task["worker_id"]
+            return where
+
+        before = await placement()
+        # kill -9 the worker running the sink's task: its tasks move to the other.
+        victim = next(n for n in workers if f":{ports[n]}" in before["lines-out"])
+        survivor = next(n for n in workers if n != victim)
+        workers[victim].kill()
+        workers[victim].wait(30)
+        killed_at = time.monotonic()
+
+        async def moved() -> bool:
+            try:
+                where = await placement()
+            except Exception:
+                return False
+            return len(where) == 2 and all(f":{ports[survivor]}" in w for w in where.values())
+
+        report["tasks_moved_after_kill_s"] = await wait_async(moved, "the tasks at the survivor")
+        assert time.monotonic() - killed_at >= 6 - 0.5
+        write([f"after-kill-{i}" for i in range(3)])
+        await wait_async(all_sunk, "lines written after the kill")
+        # The killed worker comes back and the group rebalances; nothing is lost.
+        workers[victim] = worker(victim)
+        await wait_async(lambda: answers(victim), "the restarted worker")
+
+        async def two_members() -> bool:
+            return len((await kafka_runtime.describe_group(cluster)).members) == 2
+
+        await wait_async(two_members, "the restarted worker in the group")
+        write([f"after-restart-{i}" for i in range(3)])
+        await wait_async(all_sunk, "lines written after the restart")
+        report["total_s"] = time.monotonic() - started
+    finally:
+        for process in workers.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait(30)
+        path = os.environ.get("JAVA_MATRIX_REPORT")
+        if path:
+            await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
