@@ -11,8 +11,14 @@ Kafka's schemas (``group-coordinator/src/main/resources/common/message``), as wr
   topic string, partition int32``.
 * OffsetCommitValue: read versions 0-4, written as 3 (as 1 when the value carries an explicit
   ``expire_timestamp``, as Kafka does). Version 4 is flexible; its tagged fields are skipped.
-* GroupMetadata (key 2, classic groups): the key is decoded, the value kept opaque (its
-  version and the bytes after it) so that compaction can carry it through unchanged.
+* GroupMetadata (key 2, classic groups): ``group string``; value versions 0-4, read and
+  written at the version it carries (Kafka writes 3): ``protocolType string, generation
+  int32, protocol nullable string, leader nullable string, currentStateTimestamp int64
+  (2+), members [memberId string, groupInstanceId nullable string (3+), clientId string,
+  clientHost string, rebalanceTimeout int32 (1+), sessionTimeout int32, subscription bytes,
+  assignment bytes]``. Version 4 is flexible (compact strings, bytes and arrays, tagged
+  fields, skipped on reading); the fields a version lacks read as Kafka's defaults (-1,
+  null).
 * KIP-848 records, keys 3-8 (non-flexible ``string`` fields), values version 0 (flexible:
   compact strings and arrays, a tagged-field section closing every struct). On reading a
   member's metadata the tagged ``ClassicMemberMetadata`` (tag 0: ``session_timeout_ms int32,
@@ -42,6 +48,8 @@ style, version 0, so that fields can later be added as tagged fields:
   ``paused_targets compact_array[member_id compact_string, topic_partitions
   compact_array[TopicPartitions], tagged_fields]`` (TopicPartitions as in Kafka's
   ``ConsumerGroupTargetAssignmentMemberValue``); versions without it read it as empty.
+  Tag 1, present only for ``spec.assignment: Client``, is ``client_assignment int8`` (1);
+  a value without it is ``Server``, so those records keep their bytes.
 * 1001 GroupLifecycle: key ``group_id string``; value ``empty_since_ms int64, tagged_fields``.
 * 1002 GroupOwner: key ``group_id string``; value ``namespace compact_string,
   name compact_string, uid compact_string, tagged_fields``.
@@ -88,6 +96,12 @@ MEMBER_CLASSIC_METADATA_TAG = 0
 
 # GroupConfigValue's tagged field for the targets kept while paused (our record, our tags).
 GROUP_CONFIG_PAUSED_TARGETS_TAG = 0
+# GroupConfigValue's tagged field marking ``spec.assignment: Client``.
+GROUP_CONFIG_CLIENT_ASSIGNMENT_TAG = 1
+# GroupMetadataValue: the versions Kafka defines, the first flexible one, and the one written.
+GROUP_METADATA_VALUE_VERSIONS = range(5)
+GROUP_METADATA_FLEXIBLE_VERSION = 4
+GROUP_METADATA_WRITE_VERSION = 3
 
 
 class CodecError(ValueError):
@@ -187,6 +201,20 @@ class _Writer:
         self.uvarint(len(raw) + 1)
         self.buffer += raw
 
+    def nullable_string(self, value: str | None) -> None:
+        if value is None:
+            self.buffer += _INT16.pack(-1)
+        else:
+            self.string(value)
+
+    def bytes32(self, value: bytes) -> None:
+        self.buffer += _INT32.pack(len(value))
+        self.buffer += value
+
+    def compact_bytes(self, value: bytes) -> None:
+        self.uvarint(len(value) + 1)
+        self.buffer += value
+
     def compact_strings(self, values: tuple[str, ...]) -> None:
         self.uvarint(len(values) + 1)
         for value in values:
@@ -242,6 +270,45 @@ def _encode_offset_commit_value(value: records.OffsetCommitValue) -> bytes:
     return writer.done()
 
 
+def _encode_group_metadata_value(value: records.GroupMetadataValue) -> bytes:
+    """Kafka's GroupMetadataValue at ``value.version``; fields that version lacks are left out
+    (they are "ignorable" in Kafka's schema), as Kafka's generated writer does."""
+    version = value.version
+    if version not in GROUP_METADATA_VALUE_VERSIONS:
+        raise UnsupportedValueVersion(f"GroupMetadataValue version {version} (writes 0-4)")
+    writer = _Writer(version)
+    flexible = version >= GROUP_METADATA_FLEXIBLE_VERSION
+    string = writer.compact_string if flexible else writer.string
+    nullable = writer.compact_string if flexible else writer.nullable_string
+    data = writer.compact_bytes if flexible else writer.bytes32
+    string(value.protocol_type)
+    writer.int32(value.generation)
+    nullable(value.protocol)
+    nullable(value.leader)
+    if version >= 2:
+        writer.int64(value.current_state_timestamp)
+    if flexible:
+        writer.uvarint(len(value.members) + 1)
+    else:
+        writer.int32(len(value.members))
+    for member in value.members:
+        string(member.member_id)
+        if version >= 3:
+            nullable(member.group_instance_id)
+        string(member.client_id)
+        string(member.client_host)
+        if version >= 1:
+            writer.int32(member.rebalance_timeout)
+        writer.int32(member.session_timeout)
+        data(member.subscription)
+        data(member.assignment)
+        if flexible:
+            writer.no_tagged_fields()
+    if flexible:
+        writer.no_tagged_fields()
+    return writer.done()
+
+
 def encode_key(key: records.RecordKey) -> bytes:
     """Kafka's bytes for ``key``: its key version (the record type), then its fields."""
     if isinstance(key, records.OffsetCommitKey):
@@ -277,7 +344,7 @@ def encode_value(value: records.RecordValue) -> bytes:
     if isinstance(value, records.OffsetCommitValue):
         return _encode_offset_commit_value(value)
     if isinstance(value, records.GroupMetadataValue):
-        return _INT16.pack(value.version) + value.payload
+        return _encode_group_metadata_value(value)
     writer = _Writer(0)
     if isinstance(value, records.ConsumerGroupMetadataValue):
         writer.int32(value.epoch)
@@ -337,6 +404,8 @@ def encode_value(value: records.RecordValue) -> bytes:
         writer.int64(value.offsets_retention_ms)
         writer.int8(1 if value.assignment_paused else 0)
         writer.compact_strings(value.topics)
+        # Tagged fields in tag order, each only when set.
+        tagged: list[tuple[int, bytes]] = []
         if value.paused_targets:
             section = _Writer(None)
             section.uvarint(len(value.paused_targets) + 1)
@@ -344,11 +413,15 @@ def encode_value(value: records.RecordValue) -> bytes:
                 section.compact_string(target.member_id)
                 section.topic_partitions(target.topic_partitions)
                 section.no_tagged_fields()
-            payload = section.done()
-            writer.uvarint(1)
-            writer.uvarint(GROUP_CONFIG_PAUSED_TARGETS_TAG)
-            writer.uvarint(len(payload))
-            writer.buffer += payload
+            tagged.append((GROUP_CONFIG_PAUSED_TARGETS_TAG, section.done()))
+        if value.client_assignment:
+            tagged.append((GROUP_CONFIG_CLIENT_ASSIGNMENT_TAG, _INT8.pack(1)))
+        if tagged:
+            writer.uvarint(len(tagged))
+            for tag, payload in tagged:
+                writer.uvarint(tag)
+                writer.uvarint(len(payload))
+                writer.buffer += payload
             return writer.done()
     elif isinstance(value, records.GroupLifecycleValue):
         writer.int64(value.empty_since_ms)
@@ -428,6 +501,22 @@ class _Reader:
         if length < 0:
             raise CodecError("null where a string is required")
         return _text(self._take(length))
+
+    def nullable_string(self) -> str | None:
+        length = self.int16()
+        return None if length < 0 else _text(self._take(length))
+
+    def bytes32(self) -> bytes:
+        length = self.int32()
+        if length < 0:
+            raise CodecError("null where bytes are required")
+        return self._take(length)
+
+    def count32(self) -> int:
+        count = self.int32()
+        if count < 0:
+            raise CodecError("null where an array is required")
+        return count
 
     def compact_nullable_string(self) -> str | None:
         length = self.uvarint() - 1
@@ -680,6 +769,59 @@ def _member_metadata_value(reader: _Reader) -> records.RecordValue:
     )
 
 
+def _group_metadata_value(data: bytes, version: int) -> records.GroupMetadataValue:
+    if version not in GROUP_METADATA_VALUE_VERSIONS:
+        raise UnsupportedValueVersion(f"GroupMetadataValue value version {version} (reads 0-4)")
+    reader = _Reader(data, 2)
+    flexible = version >= GROUP_METADATA_FLEXIBLE_VERSION
+    string = reader.compact_string if flexible else reader.string
+    nullable = reader.compact_nullable_string if flexible else reader.nullable_string
+    data_field = reader.compact_bytes if flexible else reader.bytes32
+    count = reader.compact_count if flexible else reader.count32
+    protocol_type = string()
+    generation = reader.int32()
+    protocol = nullable()
+    leader = nullable()
+    timestamp = reader.int64() if version >= 2 else -1
+    members = []
+    for _ in range(count()):
+        member_id = string()
+        instance_id = nullable() if version >= 3 else None
+        client_id = string()
+        client_host = string()
+        rebalance_timeout = reader.int32() if version >= 1 else -1
+        session_timeout = reader.int32()
+        subscription = data_field()
+        assignment = data_field()
+        if flexible:
+            reader.skip_tagged_fields()
+        members.append(
+            records.GroupMetadataMember(
+                member_id=member_id,
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout=session_timeout,
+                subscription=subscription,
+                assignment=assignment,
+                group_instance_id=instance_id,
+                rebalance_timeout=rebalance_timeout,
+            )
+        )
+    if flexible:
+        reader.skip_tagged_fields()
+    if reader.pos != len(data):
+        raise CodecError(f"GroupMetadataValue has {len(data) - reader.pos} bytes left over")
+    return records.GroupMetadataValue(
+        protocol_type=protocol_type,
+        generation=generation,
+        protocol=protocol,
+        leader=leader,
+        current_state_timestamp=timestamp,
+        members=tuple(members),
+        version=version,
+    )
+
+
 def _current_assignment_value(reader: _Reader) -> records.RecordValue:
     member_epoch = reader.int32()
     previous_member_epoch = reader.int32()
@@ -705,9 +847,15 @@ def _group_config_value(reader: _Reader) -> records.RecordValue:
     assignment_paused = reader.int8() != 0
     topics = reader.compact_strings()
     paused_targets: list[records.MemberTarget] = []
+    client_assignment = False
     for _ in range(reader.uvarint()):
         tag = reader.uvarint()
         size = reader.uvarint()
+        if tag == GROUP_CONFIG_CLIENT_ASSIGNMENT_TAG:
+            if size != 1:
+                raise CodecError("client_assignment is one byte")
+            client_assignment = reader.int8() != 0
+            continue
         if tag != GROUP_CONFIG_PAUSED_TARGETS_TAG:
             reader.skip(size)
             continue
@@ -727,6 +875,7 @@ def _group_config_value(reader: _Reader) -> records.RecordValue:
         assignment_paused=assignment_paused,
         topics=topics,
         paused_targets=tuple(paused_targets),
+        client_assignment=client_assignment,
     )
 
 
@@ -768,7 +917,7 @@ def decode_value(key: records.RecordKey, data: bytes | None) -> records.RecordVa
     if type(key) is records.OffsetCommitKey:
         return _decode_offset_commit_value(data, version)
     if type(key) is records.GroupMetadataKey:
-        return records.GroupMetadataValue(version, data[2:])
+        return _group_metadata_value(data, version)
     decoder = _FLEXIBLE_VALUE_DECODERS[type(key)]
     if version != 0:
         raise UnsupportedValueVersion(f"{type(key).__name__} value version {version} (reads 0)")

@@ -11,7 +11,7 @@ the record type, exactly like the key version in Kafka's ``__consumer_offsets``:
  ver    key / value classes                            Kafka schema
 =====  =============================================  ===================================
  0/1    OffsetCommitKey / OffsetCommitValue            OffsetCommitKey, OffsetCommitValue
- 2      GroupMetadataKey / (opaque bytes)              classic GroupMetadata (read only)
+ 2      GroupMetadataKey / GroupMetadataValue          GroupMetadataKey, GroupMetadataValue
  3      ConsumerGroupMetadataKey / ...Value            ConsumerGroupMetadata
  4      ConsumerGroupPartitionMetadataKey / ...Value   ConsumerGroupPartitionMetadata
  5      ConsumerGroupMemberMetadataKey / ...Value      ConsumerGroupMemberMetadata
@@ -59,7 +59,7 @@ class OffsetCommitValue:
 
 
 # ---------------------------------------------------------------------------------------
-# Classic group metadata (key version 2): read and skipped, never written by us.
+# Classic group metadata (key version 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +68,44 @@ class GroupMetadataKey:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupMetadataValue:
-    """Kept opaque: we never interpret classic groups, only carry them through compaction."""
+class GroupMetadataMember:
+    """One member of a classic group, as ``GroupMetadataValue.MemberMetadata``.
 
-    version: int
-    payload: bytes
+    ``subscription`` is the member's metadata for the group's selected protocol and
+    ``assignment`` what the leader assigned it, both opaque bytes relayed as the clients
+    sent them.
+    """
+
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+    # Versions 3+; None for a dynamic member.
+    group_instance_id: str | None = None
+    # Versions 1+; -1 where a version 0 record has none.
+    rebalance_timeout: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    """A classic group as Kafka's ``GroupMetadataValue`` (versions 0-4).
+
+    Kafka writes it when a rebalance completes (the leader's SyncGroup), when a group becomes
+    empty, when a static member is replaced without a rebalance, and when a group is created
+    or converted; a load rebuilds the group from the latest one. ``version`` is the value
+    version the record was read as, and the one it is written as (Kafka writes 3).
+    """
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    # Versions 2+: when the group entered its current state (KIP-211), -1 unknown.
+    current_state_timestamp: int = -1
+    members: tuple[GroupMetadataMember, ...] = ()
+    version: int = 3
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,6 +264,9 @@ class GroupConfigValue:
     assignment_paused: bool = False
     topics: tuple[str, ...] = field(default=())
     paused_targets: tuple[MemberTarget, ...] = field(default=())
+    # ``spec.assignment: Client``: the group's classic members are a Kafka classic group whose
+    # leader assigns; False (``Server``) has the coordinator assign every member.
+    client_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)

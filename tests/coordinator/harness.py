@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.coordinator import messages, records, result, shard
 from kafka_group_records import records as schema
 
@@ -25,16 +26,34 @@ DEFAULT_SETTINGS = messages.GroupSettings(GROUP, topics=(TOPIC,))
 
 
 class Harness:
-    def __init__(self, now_ms: int = 1_000) -> None:
-        self.shard = shard.CoordinatorShard()
+    def __init__(
+        self,
+        now_ms: int = 1_000,
+        settings: coordinator_config.CoordinatorConfig = coordinator_config.DEFAULT,
+        new_uuid: Callable[[], str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.shard = shard.CoordinatorShard(settings=settings)
+        if new_uuid is not None:
+            self.shard._rebalance._new_uuid = new_uuid
         self.shard.on_loaded(now_ms)
         self.log: list[schema.Record] = []
         self.now_ms = now_ms
+        # Answers to parked requests, by key, in the order the runtime would give them.
+        self.completed: dict[result.DeferredKey, result.Completion] = {}
+        self.completions: list[result.Completion] = []
 
     def apply(self, outcome: result.Result[T]) -> result.Result[T]:
+        """Replay as the runtime does: records (kept in the log), soft records, then the
+        completions of parked requests."""
         for record in outcome.records:
             self.log.append(record)
             self.shard.replay(record)
+        for soft in outcome.soft:
+            self.shard.replay_soft(soft)
+        for completion in outcome.completions:
+            self.completed[completion.key] = completion
+            self.completions.append(completion)
         return outcome
 
     def topics(self, partitions: Mapping[str, int]) -> result.Result[None]:
@@ -87,7 +106,7 @@ class Harness:
         return self.apply(self.shard.on_timer(self.now_ms))
 
     def replayed(self) -> shard.CoordinatorShard:
-        fresh = shard.CoordinatorShard()
+        fresh = shard.CoordinatorShard(settings=self.settings)
         for record in self.log:
             fresh.replay(record)
         fresh.on_loaded(self.now_ms)

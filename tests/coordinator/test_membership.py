@@ -420,7 +420,12 @@ def test_delete_group() -> None:
     with pytest.raises(errors.UnknownMemberId):
         harness.heartbeat("m0", 2, owned=parts(0, 1, 2))
     # Tombstones included, a replay from scratch ends with nothing either.
-    assert harness.replayed().canonical_state() == {"groups": {}, "owners": {}, "offsets": {}}
+    assert harness.replayed().canonical_state() == {
+        "groups": {},
+        "classic_groups": {},
+        "owners": {},
+        "offsets": {},
+    }
 
 
 def test_restarted_container_rejoins_as_the_same_member_and_keeps_everything() -> None:

@@ -80,7 +80,14 @@ def test_a_load_arms_the_timers_live_replay_left_armed() -> None:
     live = harness.shard.armed_timers()
     # Every kind but a classic member's sync timeout, which no load restores (as in Kafka,
     # whose onLoaded re-arms sessions and rebalance timeouts only).
-    assert {key.kind for key in live} == set(timers.TimerKind) - {timers.TimerKind.SYNC}
+    # Every kind a consumer group uses (classic groups' timers: tests/coordinator/
+    # test_classic_group.py).
+    assert {key.kind for key in live} == set(timers.TimerKind) - {
+        timers.TimerKind.SYNC,
+        timers.TimerKind.CLASSIC_HEARTBEAT,
+        timers.TimerKind.CLASSIC_JOIN,
+        timers.TimerKind.CLASSIC_SYNC,
+    }
     assert retention_timers(harness.shard) == {
         timers.retention_key("idle"): timers.Armed(harness.now_ms + 7 * DAY_MS, 0),
         timers.retention_key("restored"): timers.Armed(harness.now_ms + 5 + 7 * DAY_MS, 0),

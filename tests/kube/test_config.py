@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from kafka_group_operator import cli
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.handlers import config
 
 
@@ -41,6 +42,21 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
     assert config.kafka_listener_host(settings) == "kgo.system.svc"
 
 
+def test_kafkas_group_settings_come_from_the_environment() -> None:
+    default = config.OperatorConfig.from_env({"KGO_BOOTSTRAP_SERVERS": "k:1"}).coordinator
+    assert default == coordinator_config.CoordinatorConfig()
+    assert default.initial_rebalance_delay_ms == 3_000  # Kafka's default
+    settings = config.OperatorConfig.from_env(
+        {
+            "KGO_BOOTSTRAP_SERVERS": "k:1",
+            "KGO_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "KGO_GROUP_CONSUMER_MIGRATION_POLICY": "Upgrade",
+        }
+    ).coordinator
+    assert settings.initial_rebalance_delay_ms == 0
+    assert settings.migration_policy is coordinator_config.MigrationPolicy.UPGRADE
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
@@ -56,6 +72,14 @@ def test_from_env_defaults_and_values(tmp_path: Path) -> None:
         (
             {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_KAFKA_CONFIG_DIR": "/nonexistent"},
             "does not exist",
+        ),
+        (
+            {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_GROUP_CONSUMER_MIGRATION_POLICY": "sideways"},
+            "not one of bidirectional, upgrade, downgrade, disabled",
+        ),
+        (
+            {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_GROUP_INITIAL_REBALANCE_DELAY_MS": "-1"},
+            "must be >= 0",
         ),
     ],
 )

@@ -289,3 +289,14 @@ def test_lag_verdict_lists_a_bounded_number_of_partitions() -> None:
     assert verdict["unhealthyPartitions"] == 25
     assert [p["partition"] for p in verdict["partitions"]] == list(range(10))
     assert group_status.lag_condition(many).message.endswith("and 22 more")
+
+
+def test_a_classic_group_rebalancing_reads_as_assigning_then_reconciling() -> None:
+    def described(state: str) -> messages.GroupDescription:
+        return messages.GroupDescription(
+            "g", state, 3, 3, "range", (), group_type="classic", protocol_type="consumer"
+        )
+
+    assert group_status.group_state(described("PreparingRebalance"), False) == "Assigning"
+    assert group_status.group_state(described("CompletingRebalance"), False) == "Reconciling"
+    assert group_status.group_state(described("Stable"), False) == "Stable"

@@ -9,6 +9,7 @@ import pytest
 import pytest_asyncio
 
 from kafka_group_operator.access import tokens
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
@@ -45,6 +46,8 @@ async def runtime(
         topic=f"protocol-state-{uuid.uuid4().hex[:8]}",
         partitions=2,
         metadata_interval_ms=500,
+        # As Kafka's own test clusters: a new classic group rebalances without waiting 3 s.
+        coordinator=coordinator_config.CoordinatorConfig(initial_rebalance_delay_ms=0),
     )
     async with groups.running(config) as running:
         yield running

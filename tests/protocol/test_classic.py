@@ -1,5 +1,7 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup and OffsetCommit from classic consumers, on the
-wire against the real runtime: kio requests as a Kafka client sends them."""
+wire against the real runtime: kio requests as a Kafka client sends them. These groups'
+resources ask for server-side assignment (classic groups, where the leader assigns:
+``test_classic_groups.py``)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.writers import write_int16
 from kio.static.primitive import i16, i32, i32Timedelta, i64
 
+from kafka_group_operator.coordinator import messages
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
 from tests.protocol.test_kip848 import topic_id
@@ -144,6 +147,14 @@ def commit(group: str, topic: str, member_id: str, generation: int) -> CommitV8:
     )
 
 
+async def server_assigned(runtime: coordinator_runtime.CoordinatorRuntime, topic: str) -> str:
+    """A group whose ConsumerGroup resource asks the coordinator to assign (the default
+    ``spec.assignment: Server``): its classic members join a consumer group."""
+    group = f"classic-{uuid.uuid4().hex[:8]}"
+    await runtime.configure_group(messages.GroupSettings(group, assignor="range", topics=(topic,)))
+    return group
+
+
 def commit_errors(response: Any) -> list[int]:
     return [p.error_code for t in response.topics for p in t.partitions]
 
@@ -154,7 +165,7 @@ async def test_dynamic_member_joins_syncs_heartbeats_and_commits(
     topic: str,
 ) -> None:
     await topic_id(runtime, topic)
-    group = f"classic-{uuid.uuid4().hex[:8]}"
+    group = await server_assigned(runtime, topic)
     connection = await Connection.open(open_listener.port)
     try:
         # JoinGroup v4+: a dynamic member is first sent back for an id (KIP-394).
@@ -202,7 +213,7 @@ async def test_a_second_member_makes_the_first_rejoin_and_revoke(
     topic: str,
 ) -> None:
     await topic_id(runtime, topic)
-    group = f"classic-{uuid.uuid4().hex[:8]}"
+    group = await server_assigned(runtime, topic)
     connection = await Connection.open(open_listener.port)
     try:
         # Static members need no MEMBER_ID_REQUIRED round.
@@ -262,7 +273,7 @@ async def test_protocol_checks_and_join_group_v0(
     topic: str,
 ) -> None:
     await topic_id(runtime, topic)
-    group = f"classic-{uuid.uuid4().hex[:8]}"
+    group = await server_assigned(runtime, topic)
     connection = await Connection.open(open_listener.port)
     try:
         wrong_type = await connection.call(join(group, topic, protocol_type="connect"))

@@ -485,6 +485,8 @@ async def test_a_member_that_joins_but_never_syncs_is_removed_after_its_rebalanc
     topic = topics.create_topic(broker.bootstrap, PARTITIONS, messages_per_partition=1)
     await topic_id(runtime, topic)
     group = f"silent-{uuid.uuid4().hex[:6]}"
+    # A resource asking for server-side assignment: a consumer group's sync timeout.
+    await runtime.configure_group(messages.GroupSettings(group, topics=(topic,)))
     connection = await Connection.open(open_listener.port)
     processes: list[subprocess.Popen[bytes]] = []
     try:

@@ -26,7 +26,6 @@ clients really send on a first join is these bytes.
 from __future__ import annotations
 
 import struct
-import uuid
 
 import pytest
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KafkaPython
@@ -39,6 +38,7 @@ from tests.protocol.test_classic import (
     MEMBER_ID_REQUIRED,
     assignment,
     join,
+    server_assigned,
     sync,
 )
 from tests.protocol.test_kip848 import topic_id
@@ -223,7 +223,9 @@ async def test_join_group_accepts_segmentios_subscription(
     """It was answered INCONSISTENT_GROUP_PROTOCOL, and kafka-go retried every 5 ms."""
     await topic_id(runtime, topic)
     segmentio = bytes.fromhex("0001" + "00000001") + string(topic) + bytes.fromhex(NULL_BYTES)
-    group = f"segmentio-{uuid.uuid4().hex[:8]}"
+    # A Server-mode resource: the coordinator reads the subscription and assigns (a group
+    # of the Kafka protocol alone is a classic group that relays the bytes unread).
+    group = await server_assigned(runtime, topic)
     connection = await Connection.open(open_listener.port)
     try:
         joined = await connection.call(join(group, topic, metadata=segmentio))
@@ -240,12 +242,15 @@ async def test_join_group_accepts_segmentios_subscription(
 @pytest.mark.asyncio(loop_scope="package")
 async def test_a_subscription_declaring_2_billion_topics_is_refused_not_allocated(
     open_listener: protocol_listener.Listener,
+    runtime: coordinator_runtime.CoordinatorRuntime,
 ) -> None:
-    """kio's native reader reserved 16 GiB for these 6 bytes and aborted the process."""
+    """kio's native reader reserved 16 GiB for these 6 bytes and aborted the process. The
+    group is Server-mode: the coordinator reads the subscription (a classic group relays it)."""
     hostile = struct.pack(">hi", 0, 2**31 - 16)
+    group = await server_assigned(runtime, "t")
     connection = await Connection.open(open_listener.port)
     try:
-        joined = await connection.call(join("hostile", "t", metadata=hostile))
+        joined = await connection.call(join(group, "t", metadata=hostile))
         assert joined.error_code == INCONSISTENT_GROUP_PROTOCOL
     finally:
         await connection.close()

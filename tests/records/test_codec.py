@@ -119,17 +119,101 @@ def test_an_explicit_expiry_is_written_as_version_1() -> None:
     assert codec.decode_value(records.OffsetCommitKey("g", "t", 0), encoded) == value
 
 
-def test_group_metadata_key_v2_bytes_and_opaque_value() -> None:
+def test_group_metadata_key_v2_bytes_and_empty_group_value() -> None:
     key = records.GroupMetadataKey("g1")
     assert codec.encode_key(key) == _hex("00 02 | 00 02 67 31")
-    # An empty classic group, GroupMetadataValue v3: protocolType "", generation 0,
-    # protocol null, leader null, currentStateTimestamp 5, members [].
+    # An empty classic group, GroupMetadataValue v3 as Kafka's newEmptyGroupMetadataRecord
+    # writes it: protocolType "", generation 0, protocol null, leader null,
+    # currentStateTimestamp 5, members [].
     value_bytes = _hex(
         "00 03 | 00 00 | 00 00 00 00 | ff ff | ff ff | 00 00 00 00 00 00 00 05 | 00 00 00 00"
     )
     decoded = codec.decode_value(key, value_bytes)
-    assert decoded == records.GroupMetadataValue(3, value_bytes[2:])
+    assert decoded == records.GroupMetadataValue("", 0, None, None, 5, (), version=3)
     assert codec.encode_value(decoded) == value_bytes
+
+
+_CLASSIC_MEMBER = records.GroupMetadataMember(
+    member_id="m1",
+    client_id="c",
+    client_host="/h",
+    session_timeout=10_000,
+    subscription=b"sub",
+    assignment=b"as",
+    group_instance_id="i1",
+    rebalance_timeout=30_000,
+)
+# GroupMetadataValue.json, field by field: each version adds (1) rebalanceTimeout, (2)
+# currentStateTimestamp, (3) groupInstanceId; 4 is flexible (compact strings, bytes and
+# arrays, a tagged-field section closing each struct).
+_GROUP_METADATA_VERSIONS = {
+    0: "00 00 | 00 08 636f6e73756d6572 | 00 00 00 03 | 00 05 72616e6765 | 00 02 6d31"
+    " | 00 00 00 01 | 00 02 6d31 | 00 01 63 | 00 02 2f68 | 00 00 27 10"
+    " | 00 00 00 03 737562 | 00 00 00 02 6173",
+    1: "00 01 | 00 08 636f6e73756d6572 | 00 00 00 03 | 00 05 72616e6765 | 00 02 6d31"
+    " | 00 00 00 01 | 00 02 6d31 | 00 01 63 | 00 02 2f68 | 00 00 75 30 | 00 00 27 10"
+    " | 00 00 00 03 737562 | 00 00 00 02 6173",
+    2: "00 02 | 00 08 636f6e73756d6572 | 00 00 00 03 | 00 05 72616e6765 | 00 02 6d31"
+    " | 00 00 00 00 00 00 00 05 | 00 00 00 01 | 00 02 6d31 | 00 01 63 | 00 02 2f68"
+    " | 00 00 75 30 | 00 00 27 10 | 00 00 00 03 737562 | 00 00 00 02 6173",
+    3: "00 03 | 00 08 636f6e73756d6572 | 00 00 00 03 | 00 05 72616e6765 | 00 02 6d31"
+    " | 00 00 00 00 00 00 00 05 | 00 00 00 01 | 00 02 6d31 | 00 02 6931 | 00 01 63"
+    " | 00 02 2f68 | 00 00 75 30 | 00 00 27 10 | 00 00 00 03 737562 | 00 00 00 02 6173",
+    4: "00 04 | 09 636f6e73756d6572 | 00 00 00 03 | 06 72616e6765 | 03 6d31"
+    " | 00 00 00 00 00 00 00 05 | 02 | 03 6d31 | 03 6931 | 02 63 | 03 2f68"
+    " | 00 00 75 30 | 00 00 27 10 | 04 737562 | 03 6173 | 00 | 00",
+}
+
+
+@pytest.mark.parametrize("version", sorted(_GROUP_METADATA_VERSIONS))
+def test_group_metadata_value_bytes_of_every_version(version: int) -> None:
+    data = _hex(_GROUP_METADATA_VERSIONS[version])
+    # What each version can carry: the rest reads as Kafka's defaults.
+    member = _CLASSIC_MEMBER
+    if version < 3:
+        member = dataclasses.replace(member, group_instance_id=None)
+    if version < 1:
+        member = dataclasses.replace(member, rebalance_timeout=-1)
+    expected = records.GroupMetadataValue(
+        protocol_type="consumer",
+        generation=3,
+        protocol="range",
+        leader="m1",
+        current_state_timestamp=5 if version >= 2 else -1,
+        members=(member,),
+        version=version,
+    )
+    key = records.GroupMetadataKey("g")
+    assert codec.decode_value(key, data) == expected
+    assert codec.encode_value(expected) == data
+
+
+def test_group_metadata_value_refuses_leftovers_nulls_and_unknown_versions() -> None:
+    key = records.GroupMetadataKey("g")
+    good = _hex(_GROUP_METADATA_VERSIONS[3])
+    with pytest.raises(codec.CodecError, match="left over"):
+        codec.decode_value(key, good + b"\x00")
+    with pytest.raises(codec.CodecError):
+        codec.decode_value(key, good[:-1])
+    null_assignment = good[: -len("as") - 4] + _hex("ff ff ff ff")
+    with pytest.raises(codec.CodecError, match="null"):
+        codec.decode_value(key, null_assignment)
+    with pytest.raises(codec.UnsupportedValueVersion):
+        codec.decode_value(key, b"\x00\x05" + good[2:])
+
+
+def test_group_config_client_assignment_is_tag_1_and_absent_for_server() -> None:
+    key = records.GroupConfigKey("g")
+    server = records.GroupConfigValue()
+    client = records.GroupConfigValue(client_assignment=True)
+    server_bytes = codec.encode_value(server)
+    client_bytes = codec.encode_value(client)
+    # Server keeps the bytes written before the field existed: an empty tag section.
+    assert server_bytes.endswith(b"\x01\x00")
+    # One tagged field: tag 1, one byte, 1.
+    assert client_bytes == server_bytes[:-1] + _hex("01 | 01 01 01")
+    assert codec.decode_value(key, client_bytes) == client
+    assert codec.decode_value(key, server_bytes) == server
 
 
 def test_consumer_group_metadata_bytes() -> None:
@@ -415,7 +499,29 @@ _pairs: list[st.SearchStrategy[tuple[records.RecordKey, records.RecordValue]]] =
     st.tuples(st.builds(records.OffsetCommitKey, _names, _names, _int32), _offset_values),
     st.tuples(
         st.builds(records.GroupMetadataKey, _names),
-        st.builds(records.GroupMetadataValue, st.integers(0, 4), st.binary(max_size=40)),
+        st.builds(
+            records.GroupMetadataValue,
+            protocol_type=_names,
+            generation=_int32,
+            protocol=st.none() | _names,
+            leader=st.none() | _names,
+            current_state_timestamp=_int64,
+            members=st.lists(
+                st.builds(
+                    records.GroupMetadataMember,
+                    member_id=_names,
+                    client_id=_names,
+                    client_host=_names,
+                    session_timeout=_int32,
+                    subscription=st.binary(max_size=20),
+                    assignment=st.binary(max_size=20),
+                    group_instance_id=st.none() | _names,
+                    rebalance_timeout=_int32,
+                ),
+                max_size=3,
+            ).map(tuple),
+            version=st.sampled_from([3, 4]),
+        ),
     ),
     st.tuples(
         st.builds(records.ConsumerGroupMetadataKey, _names),
@@ -486,6 +592,7 @@ _pairs: list[st.SearchStrategy[tuple[records.RecordKey, records.RecordValue]]] =
             paused_targets=st.lists(
                 st.builds(records.MemberTarget, _names, _topic_partitions), max_size=3
             ).map(tuple),
+            client_assignment=st.booleans(),
         ),
     ),
     st.tuples(

@@ -302,10 +302,17 @@ def test_codecs_round_trip() -> None:
                 classic=True,
             ),
         ),
+        group_type="classic",
+        protocol_type="connect",
     )
     assert internal.decode_description(internal.encode_description(description)) == description
     settings = messages.GroupSettings("g", assignor="range", assignment_paused=True, topics=("t",))
     assert internal.decode_settings("g", internal.encode_settings(settings)) == settings
+    client = messages.GroupSettings("g", topics=("t",), client_assignment=True)
+    assert internal.decode_settings("g", internal.encode_settings(client)) == client
+    # A replica that predates the field sends none: Server.
+    older = {k: v for k, v in internal.encode_settings(client).items() if k != "clientAssignment"}
+    assert internal.decode_settings("g", older).client_assignment is False
     status = mirror.MirrorStatus(mirror.MirrorReason.MIRROR_FAILED, "refused", 2, 3, 12.5)
     assert internal.decode_mirror_status(internal.encode_mirror_status(status)) == status
     assert internal.decode_mirror_status(internal.encode_mirror_status(None)) is None

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kafka_group_operator.manifests import group_settings
 from kafka_group_operator.specs import consumer_group, errors
 from tests.support import kube_schema
 
@@ -32,6 +33,8 @@ def test_defaults_follow_the_crd() -> None:
     assert (group.session_timeout_seconds, group.rebalance_timeout_seconds) == (45, 300)
     assert (group.auto_offset_reset, group.offsets_retention_minutes) == ("latest", 10080)
     assert group.paused is False
+    # The coordinator assigns unless the resource says otherwise (today's behaviour).
+    assert group.assignment == "Server"
     assert group.kafka == consumer_group.KafkaConnection("kafka:9092", None)
     assert (group.mirror_to_kafka, group.mirror_interval_seconds, group.adopt) == (
         True,
@@ -90,12 +93,29 @@ def test_explicit_fields_are_kept() -> None:
         ("orders", _spec(offsets={"mirrorToKafka": "yes"}), "offsets.mirrorToKafka"),
         ("orders", _spec(offsets={"mirrorIntervalSeconds": 0}), "between 1 and 3600"),
         ("orders", _spec(offsets={"adopt": "Always"}), "offsets.adopt must be one of"),
+        ("orders", _spec(assignment="Leader"), "assignment must be one of"),
+        ("orders", _spec(assignment="Client"), "needs clientProtocol kafka"),
+        (
+            "orders",
+            _spec(assignment="Client", clientProtocol="kafka", paused=True),
+            "paused needs assignment Server",
+        ),
     ],
 )
 def test_invalid_specs(name: str, spec: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.InvalidSpec, match=message) as caught:
         consumer_group.parse_consumer_group(name, "shop", spec)
     assert caught.value.reason == "InvalidSpec"
+
+
+def test_client_assignment_reaches_the_coordinator_as_the_group_config() -> None:
+    group = consumer_group.parse_consumer_group(
+        "streams", "shop", _spec(assignment="Client", clientProtocol="kafka")
+    )
+    assert group.assignment == "Client"
+    assert group_settings.build_group_settings(group).client_assignment is True
+    server = consumer_group.parse_consumer_group("orders", "shop", _spec())
+    assert group_settings.build_group_settings(server).client_assignment is False
 
 
 @pytest.mark.parametrize(

@@ -170,6 +170,7 @@ def _example_group() -> dict[str, Any]:
         (("spec", "offsets"), {"adopt": "Always"}),
         (("spec", "offsets"), {"mirrorIntervalSeconds": 0}),
         (("spec", "offsets"), {"mirrorToKafka": "yes"}),
+        (("spec", "assignment"), "Leader"),
     ],
 )
 def test_invalid_consumer_groups_are_rejected(path: tuple[str, ...], value: Any) -> None:
@@ -180,6 +181,27 @@ def test_invalid_consumer_groups_are_rejected(path: tuple[str, ...], value: Any)
     target[path[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
         kube_schema.validate("consumergroups", resource)
+
+
+def test_client_assignment_needs_the_kafka_protocol_and_no_pause() -> None:
+    resource = _example_group()
+    resource["spec"]["assignment"] = "Client"
+    resource["spec"]["clientProtocol"] = "library"
+    kube_schema.validate("consumergroups", resource)
+    assert kube_schema.cel_violations("consumergroups", resource) == [
+        "assignment Client needs clientProtocol kafka: only Kafka clients assign as a group's "
+        "leader"
+    ]
+    resource["spec"]["clientProtocol"] = "kafka"
+    assert kube_schema.cel_violations("consumergroups", resource) == []
+    resource["spec"]["paused"] = True
+    assert kube_schema.cel_violations("consumergroups", resource) == [
+        "paused needs assignment Server: with Client the group's leader assigns"
+    ]
+    # Server (explicit or by default) takes both.
+    resource["spec"]["assignment"] = "Server"
+    resource["spec"]["clientProtocol"] = "library"
+    assert kube_schema.cel_violations("consumergroups", resource) == []
 
 
 @pytest.mark.parametrize("missing", ["topics", "template", "kafka"])

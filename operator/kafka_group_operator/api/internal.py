@@ -259,6 +259,7 @@ def encode_settings(settings: messages.GroupSettings) -> Json:
         "offsetsRetentionMs": settings.offsets_retention_ms,
         "assignmentPaused": settings.assignment_paused,
         "topics": list(settings.topics),
+        "clientAssignment": settings.client_assignment,
     }
 
 
@@ -267,6 +268,10 @@ def decode_settings(group_id: str, value: object) -> messages.GroupSettings:
     paused = body.get("assignmentPaused")
     if not isinstance(paused, bool):
         raise _fail("assignmentPaused", "a boolean")
+    # Absent from replicas that predate it: Server.
+    client_assignment = body.get("clientAssignment", False)
+    if not isinstance(client_assignment, bool):
+        raise _fail("clientAssignment", "a boolean")
     return messages.GroupSettings(
         group_id=group_id,
         assignor=_string(body.get("assignor"), "assignor", empty=False),
@@ -276,6 +281,7 @@ def decode_settings(group_id: str, value: object) -> messages.GroupSettings:
         offsets_retention_ms=_integer(body.get("offsetsRetentionMs"), "offsetsRetentionMs", 1),
         assignment_paused=paused,
         topics=_strings(body.get("topics"), "topics"),
+        client_assignment=client_assignment,
     )
 
 
@@ -340,6 +346,8 @@ def encode_description(description: messages.GroupDescription) -> Json:
         "assignor": description.assignor,
         "sessionTimeoutMs": description.session_timeout_ms,
         "members": [_encode_member(member) for member in description.members],
+        "groupType": description.group_type,
+        "protocolType": description.protocol_type,
     }
 
 
@@ -358,6 +366,9 @@ def decode_description(value: object) -> messages.GroupDescription:
         members=tuple(
             _decode_member(member, f"members[{index}]") for index, member in enumerate(members)
         ),
+        # Absent from replicas that predate classic groups: a consumer group.
+        group_type=_string(body.get("groupType", "consumer"), "groupType"),
+        protocol_type=_string(body.get("protocolType", "consumer"), "protocolType"),
     )
 
 

@@ -15,9 +15,13 @@ nothing. Invalid input prints one line, ``{"error": "..."}``, and exits with 2.
 
 Input is hostile until checked: at most 32 MiB of strict UTF-8 JSON, no lone surrogates in
 strings, integers of at most 20 digits, at most 1,000,000 partitions in all (a topic's count
-and partition numbers are Kafka's int32s), owned partitions that exist, and no partition
-owned by two members at the same generation (claims at different generations are how
-Kafka's assignors meet a stale owner: the highest generation keeps the partition).
+and partition numbers are Kafka's int32s).
+
+Owned partitions are what members report, and Kafka's assignors take them as they come:
+claims of a topic that is not in partitions_per_topic (deleted) or beyond its partitions
+are dropped; a partition two members claim at the same generation is taken from both
+(AbstractStickyAssignor); of claims at different generations the highest keeps it (a stale
+owner). Each dropped or contested claim is reported on stderr, and the assignment goes on.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     try:
         document = _decode(_read(args.input))
-        name, spec, member_order = parse(document)
+        dropped: list[str] = []
+        name, spec, member_order = parse(document, dropped)
         assignor = assignors.get(args.assignor or name)
         if args.rounds:
             results = rounds.settle(assignor, spec)
@@ -83,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(error), code=1)
     except api.AssignorError as error:
         return _fail(str(error))
+    for note in dropped:
+        print(f"kgo assign: {note}", file=sys.stderr)
     print(json.dumps(output))
     return 0
 
@@ -135,8 +142,14 @@ def _render(assignment: api.GroupAssignment, member_order: list[str]) -> dict[st
     }
 
 
-def parse(document: object) -> tuple[str, api.GroupSpec, list[str]]:
-    """The assignor name, the group and the members in input order; raises InputError."""
+def parse(
+    document: object, dropped: list[str] | None = None
+) -> tuple[str, api.GroupSpec, list[str]]:
+    """The assignor name, the group and the members in input order; raises InputError.
+
+    Claims the assignors drop or take from their claimants are described in ``dropped``.
+    """
+    notes: list[str] = [] if dropped is None else dropped
     top = _object(document, "the input")
     _no_unknown(top, TOP_LEVEL_FIELDS, "the input")
     name = _string(top.get("assignor", DEFAULT_ASSIGNOR), "assignor")
@@ -151,31 +164,28 @@ def parse(document: object) -> tuple[str, api.GroupSpec, list[str]]:
     members: dict[str, api.MemberSubscription] = {}
     for member_id, member in _object(top.get("members"), "members").items():
         where = f"members.{_string(member_id, 'a member id')}"
-        members[member_id] = _member(member, where, counts)
-    _no_double_claims(members)
+        members[member_id] = _member(member, where, counts, notes)
+    _note_double_claims(members, notes)
     spec = api.GroupSpec(
         members=members, partitions_per_topic=counts, partition_racks=partition_racks
     )
     return name, spec, list(members)
 
 
-def _no_double_claims(members: Mapping[str, api.MemberSubscription]) -> None:
-    """Refuse a partition owned by two members at one generation (or twice by one)."""
-    claimed: dict[tuple[api.TopicPartition, int | None], str] = {}
+def _note_double_claims(members: Mapping[str, api.MemberSubscription], notes: list[str]) -> None:
+    """Describe the partitions two members claim at one generation: the assignors take them
+    from both (Kafka's ``partitionsWithMultiplePreviousOwners``)."""
+    claimed: dict[tuple[api.TopicPartition, int | None], list[str]] = {}
     for member_id, member in members.items():
-        mine: set[api.TopicPartition] = set()
         for claim in member.owned:
-            topic, partition = claim
-            if claim in mine:
-                raise InputError(f"members.{member_id}.owned lists {topic!r} {partition} twice")
-            mine.add(claim)
-            other = claimed.setdefault((claim, member.generation), member_id)
-            if other != member_id:
-                generation = "no" if member.generation is None else member.generation
-                raise InputError(
-                    f"{topic!r} {partition} is owned by both {other!r} and {member_id!r} at "
-                    f"{generation} generation; only claims at different generations can meet"
-                )
+            claimed.setdefault((claim, member.generation), []).append(member_id)
+    for ((topic, partition), generation), claimants in claimed.items():
+        if len(claimants) > 1:
+            at = "no generation" if generation is None else f"generation {generation}"
+            names = ", ".join(repr(claimant) for claimant in claimants)
+            notes.append(
+                f"{topic!r} {partition} is claimed by {names} at {at}: taken from all of them"
+            )
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
@@ -248,7 +258,9 @@ def _partition_racks(value: object, counts: Mapping[str, int]) -> dict[str, list
     return result
 
 
-def _member(value: object, where: str, counts: Mapping[str, int]) -> api.MemberSubscription:
+def _member(
+    value: object, where: str, counts: Mapping[str, int], notes: list[str]
+) -> api.MemberSubscription:
     member = _object(value, where)
     _no_unknown(member, MEMBER_FIELDS, where)
     if "topics" not in member:
@@ -257,19 +269,31 @@ def _member(value: object, where: str, counts: Mapping[str, int]) -> api.MemberS
     owned_value = member.get("owned", [])
     if not isinstance(owned_value, list):
         raise InputError(f"{where}.owned must be a list of [topic, partition] pairs")
-    owned = []
+    owned: list[api.TopicPartition] = []
+    seen: set[api.TopicPartition] = set()
+    if len(owned_value) > MAX_PARTITIONS:
+        raise InputError(f"{where}.owned lists more than {MAX_PARTITIONS} partitions")
     for index, pair in enumerate(owned_value):
         place = f"{where}.owned[{index}]"
         if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[0], str):
             raise InputError(f"{place} must be a [topic, partition] pair")
         topic = _string(pair[0], place)
-        if topic not in counts:
-            raise InputError(f"{place}: topic {topic!r} is not in partitions_per_topic")
         partition = _integer(pair[1], place)
+        if topic not in counts:
+            notes.append(f"{place}: topic {topic!r} has no partitions (deleted?): dropped")
+            continue
         if not 0 <= partition < counts[topic]:
-            raise InputError(
-                f"{place}: {topic!r} has partitions 0 to {counts[topic] - 1}, not {partition}"
+            notes.append(
+                f"{place}: {topic!r} has partitions 0 to {counts[topic] - 1}, not {partition}: "
+                "dropped"
             )
+            continue
+        if (topic, partition) in seen:
+            notes.append(f"{place}: {topic!r} {partition} listed again: counted once")
+            continue
+        if topic not in topics:
+            notes.append(f"{place}: topic {topic!r} is not subscribed: dropped")
+        seen.add((topic, partition))
         owned.append((topic, partition))
     generation = member.get("generation")
     if generation is not None:

@@ -51,6 +51,7 @@ from typing import Any
 
 from kafka_group_operator.access import discovery, tokens
 from kafka_group_operator.commands import common, kafka_lookup
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.coordinator import messages
 
 logger = logging.getLogger("kgo.coordinator")
@@ -180,6 +181,21 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tokens", type=Path, help="JSON file {group: token}")
     parser.add_argument("--groups", type=Path, help="JSON file {group: settings}")
     parser.add_argument("--checkpoint", help="compaction checkpoint(s) to load from (dir, file://)")
+    parser.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        default=3_000,
+        metavar="MS",
+        help="how long a new classic group waits for more members before its first "
+        "rebalance (Kafka's group.initial.rebalance.delay.ms; default 3000)",
+    )
+    parser.add_argument(
+        "--group-consumer-migration-policy",
+        default="bidirectional",
+        choices=("bidirectional", "upgrade", "downgrade", "disabled"),
+        help="conversions between classic and consumer groups (Kafka's "
+        "group.consumer.migration.policy; default bidirectional)",
+    )
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
@@ -393,6 +409,12 @@ async def serve(
             checkpoint_uri=args.checkpoint,
             # Serve while loading: members get COORDINATOR_LOAD_IN_PROGRESS and retry.
             wait_until_loaded=False,
+            coordinator=coordinator_config.CoordinatorConfig(
+                initial_rebalance_delay_ms=max(args.group_initial_rebalance_delay_ms, 0),
+                migration_policy=coordinator_config.parse_migration_policy(
+                    args.group_consumer_migration_policy
+                ),
+            ),
         )
     )
     # A signal cancels this task wherever it waits (loading too); `finally` cleans up, and a

@@ -1,5 +1,10 @@
 """Classic-protocol members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) of a consumer group.
 
+A classic member joins a consumer group (the coordinator assigns) when the group has
+consumer-protocol members, or when its ConsumerGroup resource asks for server-side
+assignment (``spec.assignment: Server``); otherwise it joins a classic group, where the
+leader assigns (``classic_rebalance``). The shard routes.
+
 Kafka 4 serves a consumer that still speaks the classic protocol as a member of the same
 consumer group (``GroupMetadataManager.classicGroupJoinToConsumerGroup`` and its sync,
 heartbeat and leave twins); so does this module, on top of ``membership``:
@@ -35,6 +40,7 @@ import uuid
 from collections.abc import Mapping
 
 from kafka_group_operator.coordinator import (
+    config,
     errors,
     group,
     group_state,
@@ -47,10 +53,18 @@ from kafka_group_records import records as schema
 
 MemberState = group_state.MemberState
 
-# Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms defaults
-# (GroupCoordinatorConfig): a JoinGroup outside them is INVALID_SESSION_TIMEOUT.
-MIN_SESSION_TIMEOUT_MS = 6_000
-MAX_SESSION_TIMEOUT_MS = 1_800_000
+
+def validate_join(request: messages.ClassicJoinRequest, settings: config.CoordinatorConfig) -> None:
+    """What Kafka checks of every JoinGroup before it looks at the group."""
+    if not request.group_id:
+        raise errors.InvalidGroupId("GroupId can't be empty.")
+    low, high = settings.min_session_timeout_ms, settings.max_session_timeout_ms
+    if not low <= request.session_timeout_ms <= high:
+        raise errors.InvalidSessionTimeout(
+            f"SessionTimeoutMs {request.session_timeout_ms} is outside [{low}, {high}]."
+        )
+    if request.instance_id == "":
+        raise errors.InvalidRequest("GroupInstanceId can't be empty.")
 
 
 def new_member_id() -> str:
@@ -79,15 +93,7 @@ class ClassicMembership:
     def join(
         self, request: messages.ClassicJoinRequest, now_ms: int
     ) -> result.Result[messages.ClassicJoinResponse]:
-        if not request.group_id:
-            raise errors.InvalidGroupId("GroupId can't be empty.")
-        if not MIN_SESSION_TIMEOUT_MS <= request.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
-            raise errors.InvalidSessionTimeout(
-                f"SessionTimeoutMs {request.session_timeout_ms} is outside "
-                f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]."
-            )
-        if request.instance_id == "":
-            raise errors.InvalidRequest("GroupInstanceId can't be empty.")
+        """``validate_join`` has passed (the shard checks it before routing)."""
         existing = self._groups.get(request.group_id)
         member_id = request.member_id
         self._check_protocols(existing, member_id, request)
@@ -131,6 +137,13 @@ class ClassicMembership:
         request: messages.ClassicJoinRequest,
     ) -> None:
         """Kafka's ``ConsumerGroup.supportsClassicProtocols``."""
+        if request.protocol_type == messages.CLASSIC_PROTOCOL_TYPE and not (
+            request.subscription_readable
+        ):
+            raise errors.InconsistentGroupProtocol(
+                "The protocol metadata is not a ConsumerProtocolSubscription: a consumer group "
+                "reads it."
+            )
         if request.protocol_type != messages.CLASSIC_PROTOCOL_TYPE or not request.protocols:
             raise errors.InconsistentGroupProtocol(
                 f"Protocol type {request.protocol_type!r} with {len(request.protocols)} "
@@ -145,16 +158,20 @@ class ClassicMembership:
             if request.instance_id is not None
             else None
         )
+        # One protocol every classic member supports (not only one per pair): the group
+        # could otherwise not vote one if it became a classic group.
+        common = set(names)
         for other in existing.members.values():
             if other.member_id in (member_id, replaced):
                 continue
             metadata = classic_metadata(other)
             if metadata is None:
                 continue
-            if not names & {protocol.name for protocol in metadata.supported_protocols}:
+            common &= {protocol.name for protocol in metadata.supported_protocols}
+            if not common:
                 raise errors.InconsistentGroupProtocol(
-                    f"Member {member_id or '(new)'} shares no protocol with member "
-                    f"{other.member_id} of group {request.group_id}."
+                    f"Member {member_id or '(new)'} shares no protocol with every classic "
+                    f"member of group {request.group_id} (last: {other.member_id})."
                 )
 
     def _check_rejoin(

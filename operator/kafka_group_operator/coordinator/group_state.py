@@ -18,6 +18,11 @@ STABLE          every member owns exactly its target at the target epoch
 DEAD            every record of the group is gone (deleted or expired)
 ==============  ==========================================================================
 
+Classic groups (Kafka's ``ClassicGroup``, the leader assigns) have their own states and
+table, ``ClassicGroupState`` and ``VALID_PREVIOUS_CLASSIC_STATES`` (Kafka's
+``ClassicGroupState``), plus ``CLASSIC_HEARTBEAT_ANSWER``: what a heartbeat of a known member
+at the current generation is told in each state.
+
 The handlers order their records so that live operation only takes the transitions below
 (a join bumps the group epoch before the member record, so EMPTY goes through ASSIGNING;
 a delete removes the members before the group). While the state topic is loading, records
@@ -89,6 +94,61 @@ VALID_PREVIOUS_MEMBER_STATES: Mapping[MemberState, frozenset[MemberState]] = {
     MemberState.UNRELEASED_PARTITIONS: _RECONCILIATION | {MemberState.UNKNOWN},
     MemberState.UNKNOWN: frozenset(),
 }
+
+
+class ClassicGroupState(enum.Enum):
+    # Values are Kafka's names (DescribeGroups, ListGroups).
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# next state -> the states it may be entered from (Kafka's ClassicGroupState static block).
+VALID_PREVIOUS_CLASSIC_STATES: Mapping[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    # The last offsets expired, or the last member left during a rebalance.
+    ClassicGroupState.EMPTY: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    # A join, a leave or a failed member: from any live state.
+    ClassicGroupState.PREPARING_REBALANCE: frozenset(
+        {
+            ClassicGroupState.STABLE,
+            ClassicGroupState.COMPLETING_REBALANCE,
+            ClassicGroupState.EMPTY,
+        }
+    ),
+    # Every expected member joined, or the rebalance timeout passed.
+    ClassicGroupState.COMPLETING_REBALANCE: frozenset({ClassicGroupState.PREPARING_REBALANCE}),
+    # The leader's assignment was written.
+    ClassicGroupState.STABLE: frozenset({ClassicGroupState.COMPLETING_REBALANCE}),
+    # Deleted, expired or converted: from anywhere.
+    ClassicGroupState.DEAD: frozenset(ClassicGroupState),
+}
+
+# What a classic group answers a heartbeat of a member it knows, at its generation (Kafka's
+# classicGroupHeartbeatToClassicGroup): the error name, None for none. EMPTY has no members
+# to know, DEAD answers COORDINATOR_NOT_AVAILABLE before validating anyone.
+CLASSIC_HEARTBEAT_ANSWER: Mapping[ClassicGroupState, str | None] = {
+    ClassicGroupState.EMPTY: "UNKNOWN_MEMBER_ID",
+    ClassicGroupState.PREPARING_REBALANCE: "REBALANCE_IN_PROGRESS",
+    ClassicGroupState.COMPLETING_REBALANCE: None,
+    ClassicGroupState.STABLE: None,
+    ClassicGroupState.DEAD: "COORDINATOR_NOT_AVAILABLE",
+}
+
+
+def check_classic_transition(
+    group_id: str, state: ClassicGroupState, next_state: ClassicGroupState, event: str
+) -> None:
+    """Raise ``IllegalStateTransition`` unless ``state -> next_state`` is in the table.
+
+    Unlike the consumer-group table, staying in a state is a transition too (Kafka's
+    ``assertValidTransition``): only DEAD may be entered from itself.
+    """
+    if state not in VALID_PREVIOUS_CLASSIC_STATES[next_state]:
+        raise errors.IllegalStateTransition(
+            "classic group", group_id, state.name, next_state.name, event
+        )
 
 
 def check_group_transition(

@@ -27,6 +27,7 @@ member's instance id.
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import uuid
 from collections.abc import Iterable, Mapping
@@ -45,6 +46,8 @@ from kafka_group_operator.coordinator import (
 )
 from kafka_group_operator.coordinator import records as coordinator_records
 from kafka_group_records import records as schema
+
+logger = logging.getLogger(__name__)
 
 TopicIdAssignment = coordinator_records.TopicIdAssignment
 MemberState = group_state.MemberState
@@ -85,6 +88,13 @@ class Membership:
         # name -> metadata, as last fed by the runtime; None until the first feed, and then
         # groups keep the metadata in their records (after a restart nothing is "deleted").
         self.topic_feed: dict[str, schema.TopicMetadata] | None = None
+
+    def on(self, groups: Mapping[str, group.ConsumerGroup]) -> Membership:
+        """The same handlers over ``groups`` (a group about to be written, e.g. converted
+        from a classic group, over the real ones); they share the soft state."""
+        other = Membership(groups, self._assignors, self._deadlines)
+        other.topic_feed = self.topic_feed
+        return other
 
     # -----------------------------------------------------------------------------------
     # Heartbeat
@@ -342,6 +352,16 @@ class Membership:
             topic_id = ids.get(name)
             if topic_id is not None and partitions:
                 owned[topic_id] = frozenset(partitions)
+            elif partitions:
+                # A deleted or unsubscribed topic: the claim says nothing the group keeps,
+                # as Kafka's assignors drop it too.
+                logger.info(
+                    "group %s: member %s reports %s partitions %s the group does not know: dropped",
+                    request.group_id,
+                    request.member_id,
+                    name,
+                    sorted(partitions),
+                )
         return owned
 
     def _arm_member_timers(

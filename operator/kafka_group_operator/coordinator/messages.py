@@ -20,6 +20,9 @@ from kafka_group_records import records as schema
 Assignment = Mapping[str, frozenset[int]]
 TopicPartition = tuple[str, int]
 
+# The protocol type of consumers speaking the classic protocol (JoinGroup).
+CLASSIC_PROTOCOL_TYPE = "consumer"
+
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -72,6 +75,8 @@ class OffsetCommitRequest:
     member_id: str
     member_epoch: int
     offsets: Mapping[TopicPartition, CommitOffset]
+    # A classic member's group.instance.id (OffsetCommit v7+), checked by classic groups.
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +146,10 @@ class MemberDescription:
     # deadline is armed, or the description was taken without a clock). A reading of the
     # clock, not of the member's state: left out of comparisons.
     session_expires_in_ms: int | None = field(default=None, compare=False)
+    # A classic group's member: its metadata for the group's protocol (None outside
+    # Stable, as Kafka describes it) and the leader's assignment bytes.
+    metadata: bytes | None = None
+    raw_assignment: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +162,10 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
     # The group's session timeout: how long a member that stops heartbeating stays in it.
     session_timeout_ms: int | None = None
+    # "consumer" (KIP-848, the coordinator assigns) or "classic" (the leader assigns).
+    group_type: str = "consumer"
+    # A classic group's protocol type ("" for one that has none); "consumer" otherwise.
+    protocol_type: str = CLASSIC_PROTOCOL_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +180,8 @@ class GroupSettings:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     assignment_paused: bool = False
     topics: tuple[str, ...] = ()
+    # ``spec.assignment: Client``: classic members form a classic group whose leader assigns.
+    client_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,15 +254,16 @@ class TopicInfo:
 
 
 # ---------------------------------------------------------------------------------------
-# Classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) members of a consumer group
-
-CLASSIC_PROTOCOL_TYPE = "consumer"
+# Classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): members of a consumer group
+# (the coordinator assigns), or of a classic group (the leader assigns, Kafka's ClassicGroup)
 
 
 @dataclass(frozen=True, slots=True)
 class ClassicJoinRequest:
-    """A JoinGroup; the listener decodes the ``ConsumerProtocolSubscription`` of the first
-    protocol (every protocol of a consumer carries the same subscription, as Kafka assumes)."""
+    """A JoinGroup. For protocol type ``consumer`` the listener decodes the
+    ``ConsumerProtocolSubscription`` of the first protocol (every protocol of a consumer
+    carries the same subscription, as Kafka assumes): a consumer group reads those fields,
+    a classic group relays ``protocols`` as they are."""
 
     group_id: str
     # "" asks the coordinator for an id.
@@ -264,14 +280,34 @@ class ClassicJoinRequest:
     require_known_member_id: bool = False
     client_id: str = ""
     client_host: str = ""
+    # JoinGroup v9+ (KIP-814): a returning static leader may be told to skip assigning.
+    supports_skip_assignment: bool = False
+    # False when the ``consumer`` metadata is not a ConsumerProtocolSubscription: a classic
+    # group relays it anyway, a consumer group refuses it.
+    subscription_readable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoinMember:
+    """A member as the leader's JoinGroup response lists it: its metadata for the protocol."""
+
+    member_id: str
+    instance_id: str | None
+    metadata: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class ClassicJoinResponse:
     member_id: str
-    # The member epoch: a classic generation is a member's own epoch in a consumer group.
+    # A consumer group's member: its member epoch. A classic group's: the generation.
     generation_id: int
-    protocol_name: str
+    protocol_name: str | None
+    protocol_type: str | None = CLASSIC_PROTOCOL_TYPE
+    # A classic group's leader ("" for a consumer group: the coordinator assigns).
+    leader: str = ""
+    # Every member, for the leader only.
+    members: tuple[ClassicJoinMember, ...] = ()
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +318,19 @@ class ClassicSyncRequest:
     instance_id: str | None = None
     protocol_type: str | None = None
     protocol_name: str | None = None
+    # The leader's assignment of a classic group: (member id, opaque bytes) per member.
+    assignments: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ClassicSyncResponse:
-    protocol_type: str
-    protocol_name: str
-    assignment: Assignment
+    protocol_type: str | None
+    protocol_name: str | None
+    # A consumer group's member: what the coordinator assigned, to encode as a
+    # ConsumerProtocolAssignment.
+    assignment: Assignment = field(default_factory=dict)
+    # A classic group's member: the leader's bytes, relayed as they are.
+    raw_assignment: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +343,8 @@ class ClassicHeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class ClassicHeartbeatResponse:
-    # The member must join again: to catch up with a new group epoch, to revoke partitions,
-    # or to collect partitions that were released to it.
+    # The member must join again: to catch up with a new group epoch or generation, to
+    # revoke partitions, or to collect partitions that were released to it.
     rebalance_in_progress: bool
 
 

@@ -20,6 +20,11 @@ Commit rules (DESIGN §2, KIP-848's OffsetCommit v9+):
 Deletion (Kafka's OffsetDelete, ``delete_offsets``) tombstones single partitions' offsets,
 except those of topics a member of the group subscribes to (``GROUP_SUBSCRIBED_TO_TOPIC``).
 
+A classic group (the leader assigns) is fenced as Kafka's ``ClassicGroup`` fences it
+(``commit_classic_offsets``): by generation, not by partition, since the coordinator does
+not know what the leader assigned. Its offsets expire as ``ClassicGroup``'s
+``offsetExpirationCondition`` says (``classic_deadlines``).
+
 Retention, as Kafka's ``OffsetMetadataManager#cleanupExpiredOffsets`` for KIP-848 groups,
 every expiry a tombstone:
 
@@ -46,12 +51,25 @@ collector's passes over them (bytes are not tracked).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
-from kafka_group_operator.coordinator import errors, group, messages, result
+from kafka_group_operator.coordinator import (
+    classic_group,
+    errors,
+    group,
+    group_state,
+    messages,
+    result,
+)
 from kafka_group_operator.coordinator import records as coordinator_records
 from kafka_group_records import codec
 from kafka_group_records import records as schema
+
+ClassicState = group_state.ClassicGroupState
+
+# Kafka's offsets.retention.check.interval.ms (default): how often its cleanup runs; an empty
+# classic group without offsets is deleted by the next one.
+RETENTION_CHECK_INTERVAL_MS = 600_000
 
 MAX_METADATA_BYTES = 4096
 # OffsetDelete's refusal of a partition whose topic a member subscribes to (Kafka's error
@@ -225,6 +243,47 @@ def commit_offsets(
     return result.Result(messages.OffsetCommitResponse(errors=failed), records)
 
 
+def commit_classic_offsets(
+    existing: classic_group.ClassicGroup,
+    request: messages.OffsetCommitRequest,
+    now_ms: int,
+    *,
+    transactional: bool = False,
+) -> result.Result[messages.OffsetCommitResponse]:
+    """Kafka's ``ClassicGroup.validateOffsetCommit``, then every partition is written."""
+    state = existing.state
+    generation = request.member_epoch
+    if state is ClassicState.DEAD:
+        raise errors.CoordinatorNotAvailable(f"Group {existing.group_id} is dead.")
+    if not (generation < 0 and state is ClassicState.EMPTY):
+        if generation >= 0 or request.member_id or request.instance_id is not None:
+            existing.validate_member(request.member_id, request.instance_id)
+            if generation != existing.generation:
+                raise errors.IllegalGeneration(
+                    f"Generation {generation} is not the group's {existing.generation}."
+                )
+        elif not transactional and state is not ClassicState.EMPTY:
+            raise errors.UnknownMemberId(
+                f"Group {existing.group_id} has members: only they may commit."
+            )
+        if not transactional and state is ClassicState.COMPLETING_REBALANCE:
+            raise errors.RebalanceInProgress(
+                f"Group {existing.group_id} is completing a rebalance."
+            )
+    failed: dict[TopicPartition, str] = {}
+    records = []
+    for (topic, partition), commit in sorted(request.offsets.items()):
+        if len(commit.metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+            failed[(topic, partition)] = errors.OffsetMetadataTooLarge.name
+            continue
+        records.append(
+            coordinator_records.new_offset_commit_record(
+                request.group_id, topic, partition, commit, now_ms
+            )
+        )
+    return result.Result(messages.OffsetCommitResponse(errors=failed), records)
+
+
 def _validated_member(
     existing: group.ConsumerGroup | None, group_id: str, member_id: str
 ) -> group.Member:
@@ -285,7 +344,7 @@ def delete_offsets(
         raise errors.InvalidGroupId("GroupId can't be empty.")
     if existing is None and not store.has_offsets(group_id):
         raise errors.GroupIdNotFound(f"Group {group_id} does not exist.")
-    subscribed = existing.subscribed_topics if existing is not None else None
+    subscribed: Container[str] | None = existing.subscribed_topics if existing is not None else None
     committed = store.committed(group_id)
     refused: dict[TopicPartition, str] = {}
     records = []
@@ -295,6 +354,31 @@ def delete_offsets(
         elif (topic, partition) in committed:
             records.append(
                 coordinator_records.new_offset_commit_tombstone(group_id, topic, partition)
+            )
+    return result.Result(messages.OffsetDeleteResponse(errors=refused), records)
+
+
+def delete_classic_offsets(
+    store: OffsetStore,
+    existing: classic_group.ClassicGroup,
+    request: messages.OffsetDeleteRequest,
+) -> result.Result[messages.OffsetDeleteResponse]:
+    """Kafka's ``ClassicGroup.validateOffsetDelete``: a group with members that does not
+    speak the consumer protocol has no say over single offsets (NON_EMPTY_GROUP); one that
+    does refuses the topics it subscribes to."""
+    if existing.state is ClassicState.DEAD:
+        raise errors.GroupIdNotFound(f"Group {existing.group_id} is dead.")
+    if existing.state is not ClassicState.EMPTY and not existing.uses_consumer_protocol():
+        raise errors.NonEmptyGroup(f"Group {existing.group_id} has members.")
+    committed = store.committed(existing.group_id)
+    refused: dict[TopicPartition, str] = {}
+    records = []
+    for topic, partition in sorted(set(request.partitions)):
+        if existing.is_subscribed_to_topic(topic):
+            refused[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
+        elif (topic, partition) in committed:
+            records.append(
+                coordinator_records.new_offset_commit_tombstone(existing.group_id, topic, partition)
             )
     return result.Result(messages.OffsetDeleteResponse(errors=refused), records)
 
@@ -418,6 +502,53 @@ def _expiring_alone(
         for partition, value in store.committed(group_id).items():
             if value.expire_timestamp != NO_EXPIRY:
                 yield partition, value.expire_timestamp
+
+
+def classic_deadlines(
+    store: OffsetStore, existing: classic_group.ClassicGroup, retention_ms: int
+) -> dict[TopicPartition, int]:
+    """When each offset of a classic group may expire (Kafka's ``offsetExpirationCondition``
+    of a ``ClassicGroup`` and ``cleanupExpiredOffsets``), absent for those that cannot:
+
+    * no protocol type (a group only commits): ``retention_ms`` after each commit;
+    * Empty: ``retention_ms`` after the group became empty (its state timestamp), or after
+      each commit when that time is unknown;
+    * Stable, speaking the consumer protocol, its topics known: the offsets of topics no
+      member subscribes to, ``retention_ms`` after each commit;
+    * otherwise (rebalancing, or another protocol): none.
+
+    An offset with an explicit expire timestamp (version-1 records) expires then instead.
+    """
+    state = existing.state
+    if existing.protocol_type is None:
+        base_of_group = None
+    elif state is ClassicState.EMPTY:
+        base_of_group = existing.state_timestamp
+    elif (
+        state is ClassicState.STABLE
+        and existing.uses_consumer_protocol()
+        and existing.subscribed_topics is not None
+    ):
+        base_of_group = None
+    else:
+        return {}
+    deadlines: dict[TopicPartition, int] = {}
+    for partition, value in store.committed(existing.group_id).items():
+        if existing.is_subscribed_to_topic(partition[0]):
+            continue
+        if value.expire_timestamp != NO_EXPIRY:
+            deadlines[partition] = value.expire_timestamp
+        else:
+            base = value.commit_timestamp if base_of_group is None else base_of_group
+            deadlines[partition] = base + retention_ms
+    return deadlines
+
+
+def classic_may_expire(existing: classic_group.ClassicGroup, topic: str) -> bool:
+    """Whether a commit of ``topic`` can move the group's retention deadline."""
+    if existing.state in (ClassicState.EMPTY, ClassicState.DEAD) or existing.protocol_type is None:
+        return True
+    return existing.state is ClassicState.STABLE and not existing.is_subscribed_to_topic(topic)
 
 
 def offset_tombstones(store: OffsetStore, group_id: str) -> list[schema.Record]:

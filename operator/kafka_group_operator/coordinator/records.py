@@ -104,6 +104,7 @@ def group_config_from_settings(settings: messages.GroupSettings) -> schema.Group
         offsets_retention_ms=settings.offsets_retention_ms,
         assignment_paused=settings.assignment_paused,
         topics=tuple(settings.topics),
+        client_assignment=settings.client_assignment,
     )
 
 
@@ -197,3 +198,15 @@ def new_offset_commit_record(
 
 def new_offset_commit_tombstone(group_id: str, topic: str, partition: int) -> schema.Record:
     return schema.Record(schema.OffsetCommitKey(group_id, topic, partition), None)
+
+
+# ---------------------------------------------------------------------------------------
+# Classic groups
+
+
+def new_group_metadata_record(group_id: str, value: schema.GroupMetadataValue) -> schema.Record:
+    return schema.Record(schema.GroupMetadataKey(group_id), value)
+
+
+def new_group_metadata_tombstone(group_id: str) -> schema.Record:
+    return schema.Record(schema.GroupMetadataKey(group_id), None)

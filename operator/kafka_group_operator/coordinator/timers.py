@@ -1,4 +1,5 @@
-"""Soft deadlines of the coordinator: session, rebalance, sync and retention timers.
+"""Soft deadlines of the coordinator: session, rebalance, sync and retention timers, and the
+classic groups' heartbeat, join and sync timers.
 
 Kafka keeps heartbeat deadlines as timer state, not as records, and so do we: after a load
 ``CoordinatorShard.on_loaded`` restarts them. The shard never sleeps; the runtime asks
@@ -29,6 +30,19 @@ class TimerKind(Enum):
     # A classic member's time from JoinGroup to SyncGroup (Kafka's consumer-group sync key).
     SYNC = "sync"
     RETENTION = "retention"
+    # Classic groups (Kafka's classicGroupHeartbeatKey, classicGroupJoinKey,
+    # classicGroupSyncKey): a member's session (or a new member's join) timeout; the end of
+    # the join phase (tag: ``JOIN_COMPLETE`` or ``JOIN_INITIAL_DELAY``); the end of the
+    # sync phase (tag: the generation it was armed for).
+    CLASSIC_HEARTBEAT = "classic-heartbeat"
+    CLASSIC_JOIN = "classic-join"
+    CLASSIC_SYNC = "classic-sync"
+
+
+# Tags of a classic group's join timer: complete the join phase, or the initial rebalance's
+# delay (which may extend itself while members keep arriving).
+JOIN_COMPLETE = 0
+JOIN_INITIAL_DELAY = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,18 @@ def rebalance_key(group_id: str, member_id: str) -> TimerKey:
 
 def sync_key(group_id: str, member_id: str) -> TimerKey:
     return TimerKey(TimerKind.SYNC, group_id, member_id)
+
+
+def classic_heartbeat_key(group_id: str, member_id: str) -> TimerKey:
+    return TimerKey(TimerKind.CLASSIC_HEARTBEAT, group_id, member_id)
+
+
+def classic_join_key(group_id: str) -> TimerKey:
+    return TimerKey(TimerKind.CLASSIC_JOIN, group_id)
+
+
+def classic_sync_key(group_id: str) -> TimerKey:
+    return TimerKey(TimerKind.CLASSIC_SYNC, group_id)
 
 
 def retention_key(group_id: str) -> TimerKey:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.manifests import consumer_group
 from kafka_group_operator.protocol import peers
 
@@ -143,6 +144,9 @@ class OperatorConfig:
     # The replicas' shared secret for the internal API (the control plane's calls on the
     # replica coordinating a group); None: a single replica, every group served in-process.
     internal_token: str | None = None
+    # Kafka's broker-level group settings (KGO_GROUP_INITIAL_REBALANCE_DELAY_MS,
+    # KGO_GROUP_CONSUMER_MIGRATION_POLICY).
+    coordinator: coordinator_config.CoordinatorConfig = coordinator_config.DEFAULT
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -188,7 +192,27 @@ class OperatorConfig:
             ).strip()
             or None,
             internal_token=env.get("KGO_INTERNAL_TOKEN", "").strip() or None,
+            coordinator=_coordinator_settings(env),
         )
+
+
+def _coordinator_settings(env: Mapping[str, str]) -> coordinator_config.CoordinatorConfig:
+    default = coordinator_config.DEFAULT
+    delay = _integer(
+        env, "KGO_GROUP_INITIAL_REBALANCE_DELAY_MS", default.initial_rebalance_delay_ms
+    )
+    if delay < 0:
+        raise ConfigError(f"KGO_GROUP_INITIAL_REBALANCE_DELAY_MS must be >= 0, not {delay}")
+    policy = default.migration_policy
+    raw_policy = env.get("KGO_GROUP_CONSUMER_MIGRATION_POLICY", "").strip()
+    if raw_policy:
+        try:
+            policy = coordinator_config.parse_migration_policy(raw_policy)
+        except ValueError as error:
+            raise ConfigError(f"KGO_GROUP_CONSUMER_MIGRATION_POLICY: {error}") from None
+    return coordinator_config.CoordinatorConfig(
+        initial_rebalance_delay_ms=delay, migration_policy=policy
+    )
 
 
 def kafka_listener_host(config: OperatorConfig) -> str:

@@ -167,6 +167,7 @@ async def _start_coordinator(
                 checkpoint_uri=config.checkpoint_uri,
                 # With Leases the partitions served come and go with them.
                 served_partitions=frozenset() if config.leases is not None else None,
+                coordinator=config.coordinator,
             )
         )
         shards = _shards(config, kube_of(memo), runtime)

@@ -22,4 +22,5 @@ def build_group_settings(
         offsets_retention_ms=group.offsets_retention_minutes * 60_000,
         assignment_paused=group.paused or paused_for_reset,
         topics=group.topics,
+        client_assignment=group.assignment == "Client",
     )

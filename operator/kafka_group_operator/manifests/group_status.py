@@ -16,7 +16,9 @@ from kafka_group_operator.manifests import conditions, consumer_group
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors
 
-# The coordinator's state names (any case) -> the CRD's ``status.state`` enum.
+# The coordinator's state names (any case) -> the CRD's ``status.state`` enum. A classic
+# group's (``spec.assignment: Client``) rebalance reads as its consumer-group counterpart:
+# members joining is Assigning, members waiting for the leader's assignment Reconciling.
 _STATES = {
     "empty": "Empty",
     "assigning": "Assigning",
@@ -24,6 +26,8 @@ _STATES = {
     "stable": "Stable",
     "paused": "Paused",
     "dead": "Dead",
+    "preparingrebalance": "Assigning",
+    "completingrebalance": "Reconciling",
 }
 _REBALANCING_STATES = ("Assigning", "Reconciling")
 # At most this many partitions are listed under ``status.lag.verdict.partitions`` (the worst

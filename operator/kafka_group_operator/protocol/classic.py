@@ -1,13 +1,22 @@
-"""JoinGroup, SyncGroup, Heartbeat and LeaveGroup: classic consumers as members of a consumer
-group, onto the coordinator's classic handlers (``coordinator.classic``).
+"""JoinGroup, SyncGroup, Heartbeat and LeaveGroup onto the coordinator's classic handlers.
 
-As in Kafka 4 (``GroupMetadataManager.classicGroupJoinToConsumerGroup``), the coordinator
-assigns: the JoinGroup response names no leader and lists no members, so no client runs its
-own assignor, and SyncGroup answers each member its own share (whatever assignments a
-client sends are ignored). The subscription inside JoinGroup's protocol metadata is a
-``ConsumerProtocolSubscription``, read as leniently as Kafka reads it
-(``consumer_protocol``: missing trailing fields take their defaults, a newer version reads
-as the newest); the assignment goes out as a ``ConsumerProtocolAssignment``.
+The coordinator decides which group a member joins (``coordinator.shard``):
+
+* a consumer group (``spec.assignment: Server``, or consumer-protocol members present), as in
+  Kafka 4 (``GroupMetadataManager.classicGroupJoinToConsumerGroup``): the coordinator
+  assigns, the JoinGroup response names no leader and lists no members, and SyncGroup
+  answers each member its own share as a ``ConsumerProtocolAssignment`` (whatever
+  assignments a client sends are ignored);
+* a classic group (Kafka's ``ClassicGroup``): the JoinGroup response names the leader, and
+  the leader's lists every member's metadata; the leader's SyncGroup assignments are stored
+  and each member's bytes relayed to it as they are. Such JoinGroup and SyncGroup requests
+  may wait at the group's barriers (the runtime parks them).
+
+The subscription inside a ``consumer`` JoinGroup's protocol metadata is a
+``ConsumerProtocolSubscription``, read as leniently as Kafka reads it (``consumer_protocol``:
+missing trailing fields take their defaults, a newer version reads as the newest). Only a
+consumer group reads it: metadata that is not one is relayed by a classic group as it is,
+and refused by a consumer group.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from kafka_group_records import records as schema
 
 # JoinGroup v4+ (KIP-394): a dynamic member without an id is sent back for one.
 _MEMBER_ID_REQUIRED_VERSION = 4
+# JoinGroup v9+ (KIP-814): a returning static leader may be told to skip its assignment.
+_SKIP_ASSIGNMENT_VERSION = 9
 # LeaveGroup v3+ (KIP-345): a batch of members, by member id or instance id.
 _BATCH_LEAVE_VERSION = 3
 
@@ -52,9 +63,16 @@ async def join_group(ctx: dispatch.RequestContext, request: Any) -> Any:
         topics: tuple[str, ...] = ()
         owned: dict[str, frozenset[int]] = {}
         rack_id: str | None = None
+        readable = True
+        subscription: Any = None
         if protocols and request.protocol_type == messages.CLASSIC_PROTOCOL_TYPE:
             # Every protocol of a consumer carries the same subscription (Kafka reads one).
-            subscription = decode_subscription(protocols[0].metadata)
+            try:
+                subscription = decode_subscription(protocols[0].metadata)
+            except errors.InconsistentGroupProtocol:
+                # A classic group relays it unread; a consumer group refuses it.
+                readable = False
+        if subscription is not None:
             topics = tuple(subscription.topics)
             for entry in getattr(subscription, "owned_partitions", ()):
                 owned[entry.topic] = owned.get(entry.topic, frozenset()) | frozenset(
@@ -80,6 +98,8 @@ async def join_group(ctx: dispatch.RequestContext, request: Any) -> Any:
                 require_known_member_id=ctx.api_version >= _MEMBER_ID_REQUIRED_VERSION,
                 client_id=ctx.header.client_id or "",
                 client_host=ctx.session.client_host,
+                supports_skip_assignment=ctx.api_version >= _SKIP_ASSIGNMENT_VERSION,
+                subscription_readable=readable,
             )
         )
     except errors.CoordinatorError as error:
@@ -97,13 +117,23 @@ async def join_group(ctx: dispatch.RequestContext, request: Any) -> Any:
     return ctx.response(
         error_code=ErrorCode.none,
         generation_id=joined.generation_id,
-        protocol_type=messages.CLASSIC_PROTOCOL_TYPE,
-        protocol_name=joined.protocol_name,
-        # No leader: the coordinator assigns (Kafka leaves the leader empty here too).
-        leader="",
-        skip_assignment=False,
+        protocol_type=joined.protocol_type,
+        protocol_name=(
+            joined.protocol_name if joined.protocol_name is not None or ctx.api_version >= 7 else ""
+        ),
+        # "" when the coordinator assigns (a consumer group: Kafka leaves it empty too).
+        leader=joined.leader,
+        skip_assignment=joined.skip_assignment,
         member_id=joined.member_id,
-        members=(),
+        members=tuple(
+            ctx.nested(
+                "JoinGroupResponseMember",
+                member_id=member.member_id,
+                group_instance_id=member.instance_id,
+                metadata=member.metadata,
+            )
+            for member in joined.members
+        ),
     )
 
 
@@ -118,6 +148,9 @@ async def sync_group(ctx: dispatch.RequestContext, request: Any) -> Any:
                 instance_id=getattr(request, "group_instance_id", None),
                 protocol_type=getattr(request, "protocol_type", None),
                 protocol_name=getattr(request, "protocol_name", None),
+                assignments=tuple(
+                    (entry.member_id, entry.assignment) for entry in request.assignments
+                ),
             )
         )
     except errors.CoordinatorError as error:
@@ -131,7 +164,12 @@ async def sync_group(ctx: dispatch.RequestContext, request: Any) -> Any:
         error_code=ErrorCode.none,
         protocol_type=synced.protocol_type,
         protocol_name=synced.protocol_name,
-        assignment=groups.assignment_bytes(synced.assignment),
+        # A classic group relays the leader's bytes; a consumer group's are encoded here.
+        assignment=(
+            synced.raw_assignment
+            if synced.raw_assignment is not None
+            else groups.assignment_bytes(synced.assignment)
+        ),
     )
 
 

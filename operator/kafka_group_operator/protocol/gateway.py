@@ -476,6 +476,7 @@ class Gateway:
                 if header.api_key == API_VERSIONS:
                     # Its reply advertises the listener's versions: know them first.
                     await lane("listener")
+                    payload = _unpinned_api_versions(payload)
                 to_listener = header.api_key in GROUP_APIS and (
                     header.api_key != FIND_COORDINATOR or entry[2] == GROUP_KEY_TYPE
                 )
@@ -583,8 +584,10 @@ class Gateway:
             cached = self._versions_replies.get(cache_key)
             if cached is not None:
                 return payload[: _CORRELATION.size] + cached
+        # ApiVersions v5 (KIP-1242) answers in v4's layout; kio reads up to v4.
+        layout = min(version, _API_VERSIONS_LAYOUT) if api_key == API_VERSIONS else version
         try:
-            schema = framing.response_type(api_key, version)
+            schema = framing.response_type(api_key, layout)
             # Whole: a reply is what its schema reads, to the last byte.
             correlation_id, body = framing.read_response(payload, schema)
         except Exception as error:  # kio raises assorted errors on malformed input
@@ -604,7 +607,7 @@ class Gateway:
             body = dataclasses.replace(body, brokers=tuple(brokers))
         elif api_key == FIND_COORDINATOR:
             body = await self._find_coordinator(body, version, key_type, keys, coordinator_port)
-        rewritten: bytes = framing.encode_response(api_key, version, correlation_id, body)[4:]
+        rewritten: bytes = framing.encode_response(api_key, layout, correlation_id, body)[4:]
         if api_key == API_VERSIONS and not coordinator_port:
             if len(self._versions_replies) >= _VERSIONS_REPLIES:
                 self._versions_replies.clear()  # brokers upgraded many times over: start again
@@ -883,6 +886,61 @@ class Gateway:
                 )
         keys.sort(key=lambda key: int(key.api_key))
         return dataclasses.replace(body, api_keys=tuple(keys))
+
+
+# The newest ApiVersions response layout: v5 (KIP-1242) changed only what the broker checks.
+_API_VERSIONS_LAYOUT = 4
+
+
+def _unpinned_api_versions(payload: bytes) -> bytes:
+    """An ApiVersions v5+ request without the ClusterId and NodeId that name the node the
+    client means (KIP-1242, null and -1: not known): on the coordinator port that is the
+    coordinator's node, which the broker answering the request is not, and it would answer
+    REBOOTSTRAP_REQUIRED (and a ClusterId alone is INVALID_REQUEST). Anything unexpected in
+    the bytes leaves them as they are."""
+    try:
+        (version,) = struct.unpack_from(">h", payload, 2)
+        if version < 5:
+            return payload
+        # Request header v2: api key, version, correlation id, client id, tagged fields.
+        (client_id_length,) = struct.unpack_from(">h", payload, 8)
+        at = 10 + max(client_id_length, 0)
+        at = _skip_tagged_fields(payload, at)
+        # Body: ClientSoftwareName, ClientSoftwareVersion (compact strings), ClusterId
+        # (compact nullable string), NodeId (int32).
+        for _ in range(2):
+            length, at = _uvarint(payload, at)
+            at += max(length - 1, 0)
+        cluster_id_at = at
+        length, at = _uvarint(payload, at)
+        at += max(length - 1, 0)
+        if at + 4 > len(payload):
+            return payload
+    except (struct.error, IndexError, ValueError):
+        return payload
+    return payload[:cluster_id_at] + b"\x00" + struct.pack(">i", -1) + payload[at + 4 :]
+
+
+def _uvarint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint too long")
+
+
+def _skip_tagged_fields(data: bytes, at: int) -> int:
+    count, at = _uvarint(data, at)
+    for _ in range(count):
+        _, at = _uvarint(data, at)
+        size, at = _uvarint(data, at)
+        at += size
+    return at
 
 
 def _kio_max_version(api_key: int) -> int:

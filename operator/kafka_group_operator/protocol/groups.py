@@ -1,13 +1,16 @@
 """ListGroups, DescribeGroups and DeleteGroups: the admin tools' view of the groups.
 
-Every group of this coordinator is a consumer group (``protocol_type`` "consumer", group
-type "consumer"). With tokens, a connection lists and describes only the group it
-authenticated as; other groups are ``GROUP_AUTHORIZATION_FAILED``. The listener caps how many
-groups one request names, answers each once and serves long lists in batches (``listener``);
-ListGroups, which goes through every group of the coordinator, lets the event loop run
-between batches itself. A group owned by a
-ConsumerGroup resource is deleted with that resource, not with DeleteGroups
-(``GROUP_AUTHORIZATION_FAILED``, naming the resource).
+A consumer group (the coordinator assigns) is listed with protocol type "consumer" and group
+type "consumer"; a classic group (the leader assigns) with its own protocol type and group
+type "classic", and described as Kafka describes one: its members' metadata for the group's
+protocol only while Stable, and the leader's assignment bytes as they are.
+
+With tokens, a connection lists and describes only the group it authenticated as; other
+groups are ``GROUP_AUTHORIZATION_FAILED``. The listener caps how many groups one request
+names, answers each once and serves long lists in batches (``listener``); ListGroups, which
+goes through every group of the coordinator, lets the event loop run between batches itself.
+A group owned by a ConsumerGroup resource is deleted with that resource, not with
+DeleteGroups (``GROUP_AUTHORIZATION_FAILED``, naming the resource).
 """
 
 from __future__ import annotations
@@ -31,9 +34,6 @@ from kio.static.primitive import i16, i32
 
 from kafka_group_operator.coordinator import errors, messages
 from kafka_group_operator.protocol import dispatch
-
-PROTOCOL_TYPE = "consumer"
-GROUP_TYPE = "consumer"
 
 
 def subscription_bytes(topics: tuple[str, ...]) -> bytes:
@@ -78,27 +78,28 @@ async def list_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
     states = {state.lower() for state in getattr(request, "states_filter", ())}
     types = {kind.lower() for kind in getattr(request, "types_filter", ())}
     listed = []
-    if not types or GROUP_TYPE in types:
-        for count, group_id in enumerate(await ctx.coordinator.list_groups(), 1):
-            if count % dispatch.GROUP_BATCH == 0:
-                await asyncio.sleep(0)  # every group of the coordinator: let others run
-            if not _visible(ctx, group_id):
-                continue
-            try:
-                state = (await ctx.coordinator.describe_group(group_id)).state
-            except errors.CoordinatorError:  # deleted or expired since it was listed
-                continue
-            if states and state.lower() not in states:
-                continue
-            listed.append(
-                ctx.nested(
-                    "ListedGroup",
-                    group_id=group_id,
-                    protocol_type=PROTOCOL_TYPE,
-                    group_state=state,
-                    group_type=GROUP_TYPE,
-                )
+    for count, group_id in enumerate(await ctx.coordinator.list_groups(), 1):
+        if count % dispatch.GROUP_BATCH == 0:
+            await asyncio.sleep(0)  # every group of the coordinator: let others run
+        if not _visible(ctx, group_id):
+            continue
+        try:
+            described = await ctx.coordinator.describe_group(group_id)
+        except errors.CoordinatorError:  # deleted or expired since it was listed
+            continue
+        if states and described.state.lower() not in states:
+            continue
+        if types and described.group_type not in types:
+            continue
+        listed.append(
+            ctx.nested(
+                "ListedGroup",
+                group_id=group_id,
+                protocol_type=described.protocol_type,
+                group_state=described.state,
+                group_type=described.group_type,
             )
+        )
     return ctx.response(error_code=ErrorCode.none, groups=tuple(listed))
 
 
@@ -124,6 +125,7 @@ async def describe_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
                 )
             )
             continue
+        classic = group.group_type == "classic"
         members = tuple(
             ctx.nested(
                 "DescribedGroupMember",
@@ -131,8 +133,16 @@ async def describe_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
                 group_instance_id=member.instance_id,
                 client_id=member.client_id,
                 client_host=member.client_host,
-                member_metadata=subscription_bytes(member.subscribed_topic_names),
-                member_assignment=assignment_bytes(member.assignment),
+                member_metadata=(
+                    (member.metadata or b"")
+                    if classic
+                    else subscription_bytes(member.subscribed_topic_names)
+                ),
+                member_assignment=(
+                    (member.raw_assignment or b"")
+                    if classic
+                    else assignment_bytes(member.assignment)
+                ),
             )
             for member in group.members
         )
@@ -143,7 +153,7 @@ async def describe_groups(ctx: dispatch.RequestContext, request: Any) -> Any:
                 error_message=None,
                 group_id=group_id,
                 group_state=group.state,
-                protocol_type=PROTOCOL_TYPE,
+                protocol_type=group.protocol_type,
                 protocol_data=group.assignor,
                 members=members,
             )

@@ -90,6 +90,7 @@ async def offset_commit(ctx: dispatch.RequestContext, request: Any) -> Any:
                     member_id=request.member_id,
                     member_epoch=request.generation_id_or_member_epoch,
                     offsets=offsets,
+                    instance_id=getattr(request, "group_instance_id", None),
                 )
             )
             per_partition = {

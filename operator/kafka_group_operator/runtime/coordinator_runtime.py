@@ -23,6 +23,17 @@ separate transactions. A heartbeat of a group with a write queued or in flight w
 it, as in Kafka, whose runtime defers such an answer until what was written before it is
 committed.
 
+Classic groups park requests: a JoinGroup waits for the rest of the group, a SyncGroup for the
+leader's assignment (Kafka's join and sync barriers). Their handler answers
+``result.Deferred``; the runtime keeps the caller's future by its key and moves on to the next
+write, so a parked request never holds up the partition's queue. A later write (another
+member's request, a timer) carries a ``result.Completion`` for the key, which answers it once
+that write's records are durable and replayed, like any answer. A partition that stops,
+reloads or is given up answers its parked requests with the same retriable error as its
+queued ones; a caller that goes away (its connection closed) leaves nothing behind. Soft
+records (the part of classic groups Kafka keeps in memory) are replayed right after a write's
+records, never written.
+
 A write whose fate is unknown (the brokers did not acknowledge it in time) is never
 acknowledged; it leaves the log and memory possibly apart, so that partition is reloaded from
 the log (unless the writer finds that another coordinator took it meanwhile, see ``writer``);
@@ -103,6 +114,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from kafka_group_operator.assignors import api as assignors_api
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.coordinator import errors, messages, result, shard
 from kafka_group_operator.runtime import errors as runtime_errors
 from kafka_group_operator.runtime import loader, mirror, topic, writer
@@ -182,6 +194,9 @@ class RuntimeConfig:
     # The state partitions this runtime serves (None: every one). Groups of the others are
     # answered NOT_COORDINATOR: another coordinator serves them.
     served_partitions: frozenset[int] | None = None
+    # Broker-level group settings (Kafka's GroupCoordinatorConfig): session timeout bounds,
+    # the initial rebalance delay of classic groups, the migration policy.
+    coordinator: coordinator_config.CoordinatorConfig = coordinator_config.DEFAULT
 
     def served(self) -> list[int]:
         """The state partitions served, in order; ValueError for one outside the topic."""
@@ -252,6 +267,8 @@ class _Partition:
     # batch being appended: a heartbeat may skip the queue only when its group has neither.
     queued: collections.Counter[str | None] = field(default_factory=collections.Counter)
     in_flight: frozenset[str | None] = frozenset()
+    # Parked classic requests (a JoinGroup or SyncGroup at a barrier), by key.
+    parked: dict[result.DeferredKey, asyncio.Future[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.enter(self.state)
@@ -566,8 +583,9 @@ class CoordinatorRuntime:
             metrics.group_seen(request.group_id, self._group_state(request.group_id))
         return response
 
-    # Classic-protocol members. SyncGroup and Heartbeat write nothing, but go through the
-    # partition's queue like every request: answered only while the partition is served.
+    # Classic-protocol members. Every request goes through the partition's queue: answered
+    # only while the partition is served. A classic group's JoinGroup and SyncGroup may be
+    # parked there (see the module docstring).
 
     async def classic_join(
         self, request: messages.ClassicJoinRequest
@@ -939,7 +957,7 @@ class CoordinatorRuntime:
             except Exception as error:
                 raise _request_failure(partition.index, error) from None
             self._wake_timer(partition)
-            if not outcome.records:
+            if not outcome.records and not outcome.soft and not outcome.completions:
                 return outcome.response
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         _enqueue(partition, _Write(handler, future, batchable, group_id))
@@ -1062,6 +1080,8 @@ class CoordinatorRuntime:
             for _, outcome in accepted:
                 for record in outcome.records:
                     state.replay(record)
+                for soft in outcome.soft:
+                    state.replay_soft(soft)
         except Exception as error:
             logger.exception("replay failed on partition %d", partition.index)
             for write, _ in accepted:
@@ -1073,8 +1093,7 @@ class CoordinatorRuntime:
                 self._reload(partition, f"replay failed: {error}")
             return
         for write, outcome in accepted:
-            if not write.future.done():
-                write.future.set_result(outcome.response)
+            _answer(partition, write.future, outcome)
 
     def _fence(
         self, partition: _Partition, error: runtime_errors.WriterFenced, in_flight: list[_Write]
@@ -1123,6 +1142,10 @@ class CoordinatorRuntime:
             write = _dequeue(partition)
             if not write.future.done():
                 write.future.set_exception(error)
+        parked, partition.parked = partition.parked, {}
+        for future in parked.values():
+            if not future.done():
+                future.set_exception(error)
 
     # -----------------------------------------------------------------------------------
     # Loading
@@ -1148,7 +1171,7 @@ class CoordinatorRuntime:
         assignors = self.config.assignors
 
         def build(index: int, replayed: loader.Survivors) -> shard.CoordinatorShard:
-            fresh = shard.CoordinatorShard(assignors)
+            fresh = shard.CoordinatorShard(assignors, self.config.coordinator)
             for record in replayed.records:
                 fresh.replay(record)
             fresh.replay_encoded_offset_commits(replayed.offset_commits)
@@ -1425,6 +1448,46 @@ def _not_served(index: int) -> errors.NotCoordinator:
     return errors.NotCoordinator(
         f"state partition {index} is not in this coordinator's partition set"
     )
+
+
+def _answer(
+    partition: _Partition, future: asyncio.Future[Any], outcome: result.Result[Any]
+) -> None:
+    """Answer a write once its records are durable and replayed: its own response (or park
+    it), then the parked requests its result completes."""
+    response = outcome.response
+    if isinstance(response, result.Deferred):
+        _park(partition, response.key, future)
+    elif future.done():
+        pass  # the caller went away
+    elif isinstance(response, result.Failed):
+        future.set_exception(response.error)
+    else:
+        future.set_result(response)
+    for completion in outcome.completions:
+        parked = partition.parked.pop(completion.key, None)
+        if parked is None or parked.done():
+            continue
+        if completion.error is not None:
+            parked.set_exception(completion.error)
+        else:
+            parked.set_result(completion.response)
+
+
+def _park(partition: _Partition, key: result.DeferredKey, future: asyncio.Future[Any]) -> None:
+    if future.done():
+        return
+    older = partition.parked.get(key)
+    if older is not None and older is not future and not older.done():
+        older.set_exception(errors.RebalanceInProgress("superseded by a newer request"))
+    partition.parked[key] = future
+
+    def forget(done: asyncio.Future[Any]) -> None:
+        # A caller that went away (or was answered) leaves nothing parked behind.
+        if partition.parked.get(key) is done:
+            del partition.parked[key]
+
+    future.add_done_callback(forget)
 
 
 def _enqueue(partition: _Partition, write: _Write, first: bool = False) -> None:

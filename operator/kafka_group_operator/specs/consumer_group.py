@@ -24,6 +24,10 @@ DELETION_POLICIES = ("Retain", "Delete")
 # How the pods' consumers talk to the coordinator: our member library over the member API, or
 # any Kafka client through the gateway sidecar (the Kafka protocol).
 CLIENT_PROTOCOLS = ("library", "kafka")
+# spec.assignment: who assigns partitions to classic (JoinGroup) members. Server: the
+# coordinator (static ordinals, cooperative moves, scale-down release, pause and online
+# resets); Client: the group's leader, as on Kafka (Streams, Connect, custom assignors).
+ASSIGNMENT_MODES = ("Server", "Client")
 # spec.offsets.adopt: import the native group's offsets when the coordinator has none, or never.
 ADOPT_POLICIES = ("IfEmpty", "Never")
 
@@ -64,6 +68,7 @@ class ConsumerGroupSpec:
     deletion_policy: str = "Retain"
     paused: bool = False
     client_protocol: str = "library"
+    assignment: str = "Server"
     # spec.offsets: the brokers' own group of the same id (see runtime.mirror).
     mirror_to_kafka: bool = True
     mirror_interval_seconds: int = 5
@@ -137,6 +142,19 @@ def parse_consumer_group(
         raise errors.InvalidSpec("offsets must be an object")
     offset_reset = spec.get("offsetReset")
     snapshots = spec.get("snapshots")
+    client_protocol = _choice(spec, "clientProtocol", CLIENT_PROTOCOLS)
+    assignment = _choice(spec, "assignment", ASSIGNMENT_MODES)
+    paused = _boolean(spec, "paused")
+    if assignment == "Client" and client_protocol != "kafka":
+        raise errors.InvalidSpec(
+            "assignment Client needs clientProtocol kafka: only Kafka clients assign as a "
+            "group's leader"
+        )
+    if assignment == "Client" and paused:
+        raise errors.InvalidSpec(
+            "paused needs assignment Server: with Client the group's leader assigns, and the "
+            "coordinator cannot withhold partitions"
+        )
     return ConsumerGroupSpec(
         name=name,
         namespace=namespace,
@@ -151,8 +169,9 @@ def parse_consumer_group(
         auto_offset_reset=_choice(spec, "autoOffsetReset", AUTO_OFFSET_RESETS, "latest"),
         offsets_retention_minutes=_integer(spec, "offsetsRetentionMinutes", 10080, 1, 5256000),
         deletion_policy=_choice(spec, "deletionPolicy", DELETION_POLICIES),
-        paused=_boolean(spec, "paused"),
-        client_protocol=_choice(spec, "clientProtocol", CLIENT_PROTOCOLS),
+        paused=paused,
+        client_protocol=client_protocol,
+        assignment=assignment,
         mirror_to_kafka=_boolean(offsets, "mirrorToKafka", default=True, prefix="offsets."),
         mirror_interval_seconds=_integer(
             offsets, "mirrorIntervalSeconds", 5, 1, 3600, prefix="offsets."
