@@ -5,10 +5,13 @@ A frozen value passed down through kopf's ``memo``; nothing reads the environmen
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from kafka_group_operator.manifests import consumer_group
@@ -127,6 +130,8 @@ class OperatorConfig:
     leases: LeaseConfig | None = None
     # The image of the gateway sidecar of ``clientProtocol: kafka`` groups (the operator's).
     gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
+    # The gateway sidecar's resources (None: ``consumer_group.GATEWAY_RESOURCES``).
+    gateway_resources: Mapping[str, Any] | None = None
     status_interval_seconds: float = 10.0
     # First retry delay of a spec that may heal (doubling up to 5 minutes).
     retry_base_seconds: float = 5.0
@@ -173,6 +178,7 @@ class OperatorConfig:
             cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
             leases=LeaseConfig.from_env(env),
             gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
+            gateway_resources=_resources(env, "KGO_GATEWAY_RESOURCES"),
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,
             namespaces=tuple(
@@ -193,10 +199,13 @@ def kafka_listener_host(config: OperatorConfig) -> str:
 
 def gateway_settings(config: OperatorConfig) -> consumer_group.GatewaySettings:
     """The gateway sidecar's settings: the operator's image and its coordinator listener."""
-    return consumer_group.GatewaySettings(
+    settings = consumer_group.GatewaySettings(
         image=config.gateway_image,
         coordinator_address=f"{kafka_listener_host(config)}:{config.kafka_port}",
     )
+    if config.gateway_resources is not None:
+        settings = dataclasses.replace(settings, resources=config.gateway_resources)
+    return settings
 
 
 def read_kafka_config_dir(directory: Path) -> dict[str, str]:
@@ -213,6 +222,29 @@ def read_kafka_config_dir(directory: Path) -> dict[str, str]:
         else:
             settings[path.name] = path.read_text().strip()
     return settings
+
+
+def _resources(env: Mapping[str, str], key: str) -> Mapping[str, Any] | None:
+    """A container's ResourceRequirements from JSON (``{"requests": {...}, "limits":
+    {...}}``); None when unset or ``{}``."""
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise ConfigError(f"{key} must be a JSON object: {error}") from None
+    if not isinstance(value, dict) or not set(value) <= {"requests", "limits"}:
+        raise ConfigError(f"{key} must be a JSON object with requests and limits only")
+    for part, amounts in value.items():
+        if not isinstance(amounts, dict) or not all(
+            isinstance(name, str)
+            and isinstance(amount, str | int | float)
+            and not isinstance(amount, bool)
+            for name, amount in amounts.items()
+        ):
+            raise ConfigError(f"{key}: {part} must map resource names to quantities")
+    return value or None
 
 
 def _integer(env: Mapping[str, str], key: str, default: int) -> int:

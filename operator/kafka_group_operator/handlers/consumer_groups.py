@@ -135,7 +135,7 @@ async def reconcile(
         await remove_surplus_members(state, group, description, body)
     except spec_errors.SpecError as error:
         error_status = group_status.build_error_status(
-            error, generation, status.get("conditions"), now
+            error, generation, status.get("conditions"), now, _group_id_or_none(body)
         )
         await _patch_status(state, body, error_status)
         kopf.warn(body, reason=error.reason, message=error.message)
@@ -169,6 +169,14 @@ async def reconcile(
                 )
             },
         )
+
+
+def _group_id_or_none(body: Mapping[str, Any]) -> str | None:
+    """The group id the resource names, for its status; None when even that is malformed."""
+    try:
+        return ownership.group_id_of(body)
+    except (KeyError, TypeError):
+        return None
 
 
 async def claim_group_id(
