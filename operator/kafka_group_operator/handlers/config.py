@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,10 @@ class LeaseConfig:
     @property
     def identities(self) -> tuple[str, ...]:
         return tuple(f"{self.statefulset}-{index}" for index in range(self.replicas))
+
+    def kafka_address_of(self) -> Callable[[str], peers.Address]:
+        """A replica's Kafka listener address from its identity (``kafka_peer_address``)."""
+        return peers.address_template(self.kafka_peer_address)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LeaseConfig | None:
