@@ -33,8 +33,13 @@ def test_leases_are_granted_by_name_in_the_operators_namespace(
         alive.lease_name(index) for index in range(replicas)
     ]
     assert role["rules"] == [
-        # A create is authorized before its object has a name: it cannot be narrowed.
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        # A create is authorized before its object has a name, and a watch is of the
+        # collection: neither can be narrowed.
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "list", "watch"],
+        },
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],

@@ -82,7 +82,7 @@ class Replica:
         self.serving.add(partition)
         self.events.append(("acquired", partition, self.clock()))
 
-    def _lost(self, partition: int) -> None:
+    def _lost(self, partition: int, why: str, voluntary: bool) -> None:
         self.serving.remove(partition)
         self.events.append(("lost", partition, self.clock()))
 

@@ -152,6 +152,8 @@ class LeasedShards:
             on_lost=self._lost,
             members=self.replicas.alive,
             member_expiries=self.replicas.expiries,
+            on_other_lease=self.replicas.saw,
+            members_seen=self.replicas.alive_seen,
             clock=clock,
         )
         runtime.lease_check = self.elector.holds
@@ -193,10 +195,13 @@ class LeasedShards:
     def _acquired(self, partition: int) -> None:
         self._to_runtime(self._acquire, partition)
 
-    def _lost(self, partition: int) -> None:
+    def _lost(self, partition: int, why: str, voluntary: bool) -> None:
         # The runtime already refuses to acknowledge anything (``holds`` is false); this
         # stops the partition and fails what is queued.
-        self._to_runtime(self.runtime.release, partition)
+        def release(index: int) -> None:
+            self.runtime.release(index, why, voluntary=voluntary)
+
+        self._to_runtime(release, partition)
 
     def _acquire(self, partition: int) -> None:
         if not self.elector.holds(partition):
@@ -227,7 +232,10 @@ class LeasedShards:
         self._thread.start()
 
     async def stop(self) -> None:
-        """Give every partition up and release its Lease, so that others take it at once."""
+        """Hand every partition over (``LeaseElector.hand_over``): this replica's own Lease
+        released, each partition's released and taken by another replica before this
+        returns (at most a Lease duration), this replica's front doors still answering
+        ``NOT_COORDINATOR`` with the new holders meanwhile. Call it before they stop."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -267,25 +275,40 @@ class LeasedShards:
             electing: asyncio.Task[Any] = asyncio.create_task(
                 self.elector.run(), name="lease elector"
             )
+            watching: asyncio.Task[Any] = asyncio.create_task(
+                self.elector.watch(), name="lease watch"
+            )
             try:
                 while not electing.done():
                     done, _ = await asyncio.wait(
                         {stopping, electing}, timeout=period, return_when=asyncio.FIRST_COMPLETED
                     )
                     if stopping in done:
+                        await self._hand_over()
                         break
                     latest = self._source.credentials
                     if latest is not None and latest is not credentials:
                         credentials = latest
                         self._api.configure(credentials)  # kopf logged in again
             finally:
-                # Cancelling the elector gives every partition up and releases its Lease.
-                electing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await electing
+                # Cancelling the elector gives up what it still holds and releases it.
+                for task in (watching, electing):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         finally:
             stopping.cancel()
             await self._api.close()
+
+    async def _hand_over(self) -> None:
+        """On the elector's thread: this replica counted gone by the others first (its own
+        Lease released), then its partitions handed over."""
+        self.elector.stop_taking()
+        try:
+            await self.replicas.release()
+            await self.elector.hand_over(self.settings.lease_duration_seconds)
+        except Exception:  # the stop goes on: what is left is released by the elector
+            logger.exception("handing the partitions over failed")
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

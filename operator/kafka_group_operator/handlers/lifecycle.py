@@ -4,8 +4,9 @@ Startup builds the ``OperatorState`` (settings, coordinator runtime, member API 
 coordinator listener (Kafka protocol), group tokens, Kubernetes client) and keeps it in kopf's
 ``memo``; every other handler finds it there with ``state_of(memo)``. Cleanup stops the API
 and the listener first (no new requests), then the runtime (which finishes its in-flight
-writes). Login hands kopf and our Kubernetes client the
-same credentials.
+writes). With Leases the partitions are handed over to the other replicas before anything
+stops (``LeasedShards.stop``). Login hands kopf and our Kubernetes client the same
+credentials.
 """
 
 from __future__ import annotations
@@ -266,14 +267,15 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
             await starter
     state = started(memo)
     if state is not None:
+        shards = memo.get(SHARDS_KEY)
+        if isinstance(shards, lease_shards.LeasedShards):
+            # First, while the front doors still answer (NOT_COORDINATOR naming the next
+            # holder): hand the partitions over, the others take them at once.
+            await shards.stop()
         await state.api_runner.cleanup()
         if state.metrics_runner is not None:
             await state.metrics_runner.cleanup()
         await state.kafka_listener.stop()
-        shards = memo.get(SHARDS_KEY)
-        if isinstance(shards, lease_shards.LeasedShards):
-            # Give the partitions up and release their Leases: the others take them at once.
-            await shards.stop()
         await state.runtime.stop()
         if state.coordinators is not None:
             await state.coordinators.close()
