@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from kafka_group_operator.embedded import broker as embedded
-from kafka_group_operator.handlers import lease_shards
+from kafka_group_operator.handlers import coordinator_port, lease_shards
 from kafka_group_operator.kube import client, leases
 from kafka_group_operator.runtime import coordinator_runtime
 from tests.runtime import logs
@@ -109,7 +109,13 @@ async def test_a_stopping_replica_hands_its_partitions_over(
         for partition, group in group_of.items():
             holder = next(r for r in made.values() if partition in r.shards.elector.held)
             await _until(lambda holder=holder, group=group: _active(holder, group))  # type: ignore[misc]
-            await holder.runtime.commit_offsets(groups.admin_commit(group, 100 + partition))
+            # Retried: a takeover at the start may still fence a writer for a moment.
+            await coordinator_port.wait_for(
+                lambda holder=holder, group=group, partition=partition: (  # type: ignore[misc]
+                    holder.runtime.commit_offsets(groups.admin_commit(group, 100 + partition))
+                ),
+                within=30,
+            )
 
         leaving = made["b"]
         handed = set(leaving.shards.elector.held)

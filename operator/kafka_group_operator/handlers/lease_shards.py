@@ -154,6 +154,7 @@ class LeasedShards:
             member_expiries=self.replicas.expiries,
             on_other_lease=self.replicas.saw,
             members_seen=self.replicas.alive_seen,
+            settled=lambda partition: not runtime.loading(partition),
             clock=clock,
         )
         runtime.lease_check = self.elector.holds

@@ -161,6 +161,10 @@ class LeaseElector:
     on_other_lease: Callable[[str, leases.Lease | None, float], bool] | None = None
     # The replicas alive as last seen, without asking the API server (for ``quick_round``).
     members_seen: Callable[[], Collection[str]] | None = None
+    # Whether a partition held may be given up over the share now: not while it is being
+    # taken (a writer's fencing still in flight would fence the next holder's, and the
+    # partition would bounce); it is given up a round later.
+    settled: Callable[[int], bool] | None = None
     clock: Callable[[], float] = time.monotonic
     _held: dict[int, _Hold] = field(default_factory=dict, init=False)
     _seen: dict[int, _Seen] = field(default_factory=dict, init=False)
@@ -237,10 +241,13 @@ class LeaseElector:
                 except errors.KubeError as error:
                     log.warning("lease election round failed: %s", error)
                     due = max(due, self.clock() + period / 10)
-                pause = min(due - self.clock(), max(self.until_change(), period / 10))
+                to_due = due - self.clock()
+                to_change = max(self.until_change(), period / 10)
+                pause = min(to_due, to_change)
                 # Until the next round, peeks at the partitions changing hands, if any.
                 # Counted down by the sleeps (and the peeks' own time), so that a clock
-                # that stands still cannot hold it here. A wake cuts it short.
+                # that stands still cannot hold it here. A wake cuts it short, and a round
+                # for an expiry is acted on as a wake is (from the watch's view, if any).
                 quick = period / QUICK_ROUNDS
                 woken = False
                 while pause > 0:
@@ -255,7 +262,10 @@ class LeaseElector:
                     await self.peek(peeking)
                     pause -= quick + max(self.clock() - peeked, 0.0)
                 if not woken:
-                    due = min(due, self.clock())  # a whole round now
+                    if to_change < to_due:
+                        woken = True  # a Lease expired by now: act on it
+                    else:
+                        due = min(due, self.clock())  # a whole round now
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -551,6 +561,8 @@ class LeaseElector:
         planned = lease_plan.plan(self.config.identity, views, alive, now, held=self._held.keys())
         given_up = []
         for partition in planned.give_up:
+            if self.settled is not None and partition in self._held and not self.settled(partition):
+                continue
             lease = self._held[partition].lease if partition in self._held else known[partition]
             self._drop(partition, "over its fair share: another replica takes it", voluntary=True)
             if lease is not None:

@@ -402,6 +402,13 @@ class CoordinatorRuntime:
             if p.state not in (PartitionState.NOT_SERVED, PartitionState.STOPPED)
         ]
 
+    def loading(self, index: int) -> bool:
+        """Whether state partition ``index`` is being taken here: its new writer fencing the
+        previous one, or its state loading. May be called from another thread."""
+        if not self._partitions:
+            return False
+        return self._partitions[index].state is PartitionState.LOADING
+
     def serving(self, index: int) -> bool:
         """Whether state partition ``index`` is taken here (loading or serving)."""
         if not self._partitions:
