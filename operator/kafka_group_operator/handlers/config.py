@@ -29,6 +29,49 @@ class ConfigError(ValueError):
     """An operator setting is missing or malformed."""
 
 
+# Failover and the members' budget (README, "Failover and the session timeout"). A replica
+# that dies leaves its partitions' Leases unrenewed; the others take them once they expire
+# by their view: the Lease's duration after the last renewal they saw, which they may see up
+# to a round (a sixth of the duration) late when their watch is down. Then the new holder
+# fences and loads (FENCE_AND_LOAD_S, a partition of 100,000 keys with a checkpoint loads in
+# about 1.2 s: bench/takeover), and a member retrying against the moving coordinator is at
+# most its longest backoff away (the member library's COORDINATOR_MOVING_BACKOFF_MAX_S, 1 s,
+# jittered by 20%).
+FENCE_AND_LOAD_S = 2.0
+MEMBER_RETRY_S = 1.2
+# A member keeps its partitions until half the session timeout after its last successful
+# heartbeat was sent; that was up to a heartbeat interval before the failure (the
+# coordinator's 3 s, or a quarter of the session when shorter, as the member heartbeats at
+# least twice per half session).
+HEARTBEAT_INTERVAL_S = 3.0
+# The failover must fit in three quarters of that: a quarter is the margin.
+FAILOVER_MARGIN = 0.25
+# The smallest session timeout a ConsumerGroup may have unless the operator is told another
+# (KGO_MIN_SESSION_TIMEOUT_SECONDS, the chart's groups.minSessionTimeoutSeconds): Kafka's
+# group.consumer.min.session.timeout.ms. It cannot be set below the CRD's minimum.
+MIN_SESSION_TIMEOUT_S = 45
+CRD_MIN_SESSION_TIMEOUT_S = 6
+
+
+def failover_bound_s(lease_duration_s: float) -> float:
+    """The longest a replica's death leaves a group unanswered, the member's first retry
+    included: the Lease, a round, the fence and load, the member's backoff."""
+    return lease_duration_s * (1 + 1 / 6) + FENCE_AND_LOAD_S + MEMBER_RETRY_S
+
+
+def member_budget_s(session_timeout_s: float) -> float:
+    """How long after a failure a member surely still owns its partitions: half the session
+    timeout after its last heartbeat, which was up to a heartbeat interval before."""
+    return session_timeout_s / 2 - min(HEARTBEAT_INTERVAL_S, session_timeout_s / 4)
+
+
+def failover_fits(lease_duration_s: float, session_timeout_s: float) -> bool:
+    """Whether a failover fits a member's budget with the margin (FAILOVER_MARGIN)."""
+    return failover_bound_s(lease_duration_s) <= (1 - FAILOVER_MARGIN) * member_budget_s(
+        session_timeout_s
+    )
+
+
 @dataclass(frozen=True)
 class LeaseConfig:
     """Partition Leases across the StatefulSet's replicas (``handlers.lease_shards``).
@@ -49,7 +92,9 @@ class LeaseConfig:
     statefulset: str
     lease_prefix: str
     peer_url: str
-    lease_duration_seconds: int = 15
+    # With the chart's minimum session timeout (45 s, a member's budget 19.5 s) a failover
+    # takes at most 12.5 s: 7 s of margin (failover_bound_s).
+    lease_duration_seconds: int = 8
     kafka_peer_address: str = "{identity}:9092"
 
     @property
@@ -136,6 +181,9 @@ class OperatorConfig:
     gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
     # The gateway sidecar's resources (None: ``consumer_group.GATEWAY_RESOURCES``).
     gateway_resources: Mapping[str, Any] | None = None
+    # ConsumerGroups with a shorter sessionTimeoutSeconds are refused (InvalidSpec): their
+    # members would drop their partitions in a failover (``failover_fits``).
+    min_session_timeout_seconds: int = MIN_SESSION_TIMEOUT_S
     status_interval_seconds: float = 10.0
     # First retry delay of a spec that may heal (doubling up to 5 minutes).
     retry_base_seconds: float = 5.0
@@ -164,6 +212,21 @@ class OperatorConfig:
             raise ConfigError(
                 "KGO_KAFKA_TLS_CERT_FILE and KGO_KAFKA_TLS_KEY_FILE go together (listener TLS)"
             )
+        leases = LeaseConfig.from_env(env)
+        min_session = _integer(env, "KGO_MIN_SESSION_TIMEOUT_SECONDS", MIN_SESSION_TIMEOUT_S)
+        if min_session < CRD_MIN_SESSION_TIMEOUT_S:
+            raise ConfigError(
+                f"KGO_MIN_SESSION_TIMEOUT_SECONDS must be at least {CRD_MIN_SESSION_TIMEOUT_S} "
+                f"(the ConsumerGroup CRD's minimum), not {min_session}"
+            )
+        if leases is not None and not failover_fits(leases.lease_duration_seconds, min_session):
+            raise ConfigError(
+                f"KGO_LEASE_DURATION_SECONDS={leases.lease_duration_seconds} does not fit "
+                f"KGO_MIN_SESSION_TIMEOUT_SECONDS={min_session}: a failover may take "
+                f"{failover_bound_s(leases.lease_duration_seconds):.1f}s, more than three "
+                f"quarters of the {member_budget_s(min_session):.1f}s a member of such a "
+                "group surely keeps its partitions; shorten the Lease or raise the minimum"
+            )
         return cls(
             bootstrap_servers=bootstrap,
             state_topic=env.get("KGO_STATE_TOPIC", cls.state_topic),
@@ -180,7 +243,8 @@ class OperatorConfig:
             kafka_tls_key_file=env.get("KGO_KAFKA_TLS_KEY_FILE") or None,
             metrics_port=_integer(env, "KGO_METRICS_PORT", cls.metrics_port),
             cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
-            leases=LeaseConfig.from_env(env),
+            leases=leases,
+            min_session_timeout_seconds=min_session,
             gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
             gateway_resources=_resources(env, "KGO_GATEWAY_RESOURCES"),
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),

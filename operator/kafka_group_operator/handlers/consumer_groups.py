@@ -112,6 +112,7 @@ async def reconcile(
     state.reconciled.pop((namespace, name), None)
     try:
         group = parse(body)
+        check_session_timeout(group, state.config)
         await claim_group_id(state, group, meta)
         await _check_dependencies(state, group)
         # Before any pod starts: its members' commits would leave nothing to adopt.
@@ -168,6 +169,19 @@ async def reconcile(
                     current.get("conditions"), [resumed], generation, now
                 )
             },
+        )
+
+
+def check_session_timeout(group: specs.ConsumerGroupSpec, settings: config.OperatorConfig) -> None:
+    """``InvalidSpec`` when the group's session timeout is below the operator's minimum: its
+    members would drop their partitions in a failover (as Kafka refuses a session timeout
+    below ``group.consumer.min.session.timeout.ms``)."""
+    minimum = settings.min_session_timeout_seconds
+    if group.session_timeout_seconds < minimum:
+        raise spec_errors.InvalidSpec(
+            f"sessionTimeoutSeconds {group.session_timeout_seconds} is below this operator's "
+            f"minimum of {minimum} (groups.minSessionTimeoutSeconds): a replica's failover "
+            "could outlast the half session timeout its members keep their partitions for"
         )
 
 

@@ -59,7 +59,7 @@ class LeaseSettings:
     replicas: Sequence[str]
     prefix: str = "kgo-partition"
     url_template: str = "{identity}"
-    lease_duration_seconds: int = 15
+    lease_duration_seconds: int = 8
     renew_deadline_seconds: float | None = None
     retry_period_seconds: float | None = None
 
