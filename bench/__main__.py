@@ -19,6 +19,7 @@ BENCHMARKS = (
     "gateway",
     "join",
     "failover",
+    "handover",
     "takeover",
     "scale",
 )

@@ -225,10 +225,12 @@ class LeaseElector:
             while True:
                 started = self.clock()
                 try:
-                    if woken and self._watching and started < due:
-                        # A change the watch reported: acted on from its view, at once.
+                    if woken and self._watching:
+                        # A change the watch reported: acted on from its view, at once,
+                        # before a whole round (on a slow API server its reads take long).
                         await self.quick_round()
-                    else:
+                        started = self.clock()
+                    if started >= due or not (woken and self._watching):
                         await self.step()
                         # Rounds start every retry period, a slow round shortening the wait
                         # rather than adding to it (client-go waits a whole period after
