@@ -748,17 +748,24 @@ class ReplicaLeases:
         """Stop renewing this replica's Lease and release it: the others count this replica
         gone at once (a stop, ``LeaseElector.hand_over``), not when the Lease expires."""
         self._leaving = True
+        name = self.lease_name(self.replicas.index(self.identity))
         own = self._own
-        if own is None or own.holder != self.identity:
-            own = await leases.read(
-                self.api, self.namespace, self.lease_name(self.replicas.index(self.identity))
-            )
-        if own is None or own.holder != self.identity:
-            return
-        try:
-            self._own = await leases.release(self.api, self.namespace, own)
-        except errors.KubeError as error:
-            log.warning("cannot release this replica's lease (it expires): %s", error)
+        # A renewal of a round still in flight may have changed it meanwhile: then it is
+        # read again and released (a few times at most).
+        for _ in range(3):
+            try:
+                if own is None or own.holder != self.identity:
+                    own = await leases.read(self.api, self.namespace, name)
+                if own is None or own.holder != self.identity:
+                    return
+                self._own = await leases.release(self.api, self.namespace, own)
+                return
+            except errors.Conflict:
+                own = None
+            except errors.KubeError as error:
+                log.warning("cannot release this replica's lease (it expires): %s", error)
+                return
+        log.warning("cannot release this replica's lease (it keeps changing; it expires)")
 
     def saw(self, name: str, lease: leases.Lease | None, at: float) -> bool:
         """Another replica's Lease as the watch reports it (the elector's
