@@ -1,5 +1,6 @@
-"""The chart's Lease RBAC: only the verbs the elector uses, on only the Leases it names (one
-per state partition, one per replica)."""
+"""The chart's Lease RBAC: only the verbs the elector uses, reading and renewing only the Leases
+it names (one per state partition, one per replica); create, list and watch, which cannot be
+narrowed by name, on the operator's namespace only."""
 
 from __future__ import annotations
 

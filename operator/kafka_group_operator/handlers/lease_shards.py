@@ -6,7 +6,9 @@ partitions' Leases and a ``CoordinatorRuntime`` that serves what the elector hol
 elector's ``on_acquired`` takes a partition (fence, load, serve), ``on_lost`` gives it up at
 once, and the runtime asks the elector's ``holds`` before it acknowledges anything. Who is
 alive comes from one Lease per replica (``kube.elector.ReplicaLeases``), so that a replica
-holding nothing yet gets its share, and a dead one's partitions are taken over.
+holding nothing yet gets its share, and a dead one's partitions are taken over. ``stop``
+hands this replica's partitions over (``LeaseElector.hand_over``) before anything else of
+the replica stops; the elector's watch on the Leases runs on its thread too.
 
 The elector runs on a thread of its own, with its own event loop and its own API client
 (built from the runtime's client's credentials, following kopf's re-logins): members'

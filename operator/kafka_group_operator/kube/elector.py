@@ -647,9 +647,21 @@ class LeaseElector:
                     self.config.lease_duration_seconds,
                 )
         except errors.Conflict:
-            # Another replica wrote it first and won this one; the views differed, so plan
-            # again as soon as the watch says what changed.
-            self.wake()
+            # Another replica wrote it first and won this one. Its Lease as it is now, for the
+            # next plan (a quick round would otherwise act on the stale version again); a
+            # round at once only if it is free again.
+            try:
+                current = await leases.read(
+                    self.api,
+                    self.config.namespace,
+                    leases.lease_name(self.config.lease_prefix, partition),
+                )
+            except errors.KubeError:
+                return
+            if partition not in self._held:
+                self._observe(partition, current, self.clock())
+                if current is None or current.holder is None:
+                    self.wake()
             return
         except errors.KubeError as error:
             log.warning("cannot take the lease of partition %d: %s", partition, error)
