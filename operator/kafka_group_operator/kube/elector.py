@@ -3,8 +3,8 @@
 Every ``retry_period`` it reads each partition's Lease, renews those it holds, and acts on
 ``coordinator.lease_plan``: releases the extras and takes free or expired Leases up to its
 share. It reports through two callbacks, ``on_acquired(partition)`` when it starts holding a
-partition and ``on_lost(partition)`` when it stops; they must return at once (schedule the
-load, flip a flag), as renewals wait for them.
+partition and ``on_lost(partition, why, voluntary)`` when it stops; they must return at once
+(schedule the load, flip a flag), as renewals wait for them.
 
 Timing follows client-go's leaderelection (``tools/leaderelection/leaderelection.go``):
 
@@ -32,12 +32,13 @@ Leases (a first start, a release) are not peeked at: whole rounds take those, an
 Kubernetes API server is not asked more than a few reads a second per replica.
 
 A watch on the namespace's Leases (``watch``, run beside the rounds) makes changes known
-as they happen rather than at the next round: a Lease released (a replica stopping, or giving
-up a partition over its share) or a replica's own Lease changing (one joining or leaving)
-starts a round at once, and every change keeps ``holder`` current, so that ``NOT_COORDINATOR``
-hints name a new holder within milliseconds. The rounds go on reading every Lease: the watch
-only brings them forward, and a replica whose watch is refused (RBAC) or broken elects as
-before, by rounds and peeks.
+as they happen rather than at the next round, and keeps ``holder`` current, so that
+``NOT_COORDINATOR`` hints name a new holder within milliseconds. A Lease released (a replica
+stopping, or giving up a partition over its share), a replica's own Lease changing (one
+joining or leaving) and an expiry are acted on at once from the watch's view
+(``quick_round``: the plan's releases and takes, no reads, no renewals). The whole rounds go
+on every retry period, reading every Lease and renewing, and a replica whose watch is
+refused (RBAC) or broken elects as before, by rounds and peeks.
 
 A replica that stops hands its partitions over (``hand_over``): it stops taking, releases its
 own replica Lease (so that the others count it gone and their shares grow at once, instead of
