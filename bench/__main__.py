@@ -21,6 +21,7 @@ BENCHMARKS = (
     "join",
     "failover",
     "failover_kafka",
+    "handover",
     "takeover",
     "scale",
 )

@@ -31,8 +31,10 @@ bound: scheduling, image pull and the container's start are not counted).
 
 Options (``--name=value``): ``--groups`` (100), ``--members-per-group`` (2),
 ``--heartbeat-interval-ms`` (1000; KIP-848's default ``group.consumer.heartbeat.interval.ms``
-is 5000), ``--retry-period`` (the elector's round, 0.5 s). The coordinators log at INFO:
-their logs (the directory is printed) say when each partition was taken and loaded.
+is 5000), ``--lease-seconds`` (3), ``--retry-period`` (the elector's round, a sixth of the
+Lease), ``--results`` (a file instead of ``results/failover.json``), ``--no-peer``. The
+coordinators log at INFO: their logs (the directory is printed) say when each partition was
+taken and loaded.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ class Options:
     members_per_group: int = 2
     heartbeat_interval_ms: int = 1000
     retry_period_s: float = RETRY_PERIOD_S
+    lease_seconds: int = LEASE_SECONDS
+    results: Path = RESULTS
+    # Without the peer (a single replica restarted in place).
+    no_peer: bool = False
 
     @classmethod
     def parse(cls, argv: list[str]) -> Options:
@@ -92,10 +98,23 @@ class Options:
         parser.add_argument("--groups", type=int, default=cls.groups)
         parser.add_argument("--members-per-group", type=int, default=cls.members_per_group)
         parser.add_argument("--heartbeat-interval-ms", type=int, default=cls.heartbeat_interval_ms)
-        parser.add_argument("--retry-period", type=float, default=cls.retry_period_s)
+        parser.add_argument(
+            "--lease-seconds", type=int, default=cls.lease_seconds, help="the Lease's duration"
+        )
+        parser.add_argument(
+            "--retry-period", type=float, help="the elector's round (default: a sixth of the Lease)"
+        )
+        parser.add_argument("--results", type=Path, default=cls.results)
+        parser.add_argument("--no-peer", action="store_true")
         args = parser.parse_args(argv)
         return cls(
-            args.groups, args.members_per_group, args.heartbeat_interval_ms, args.retry_period
+            args.groups,
+            args.members_per_group,
+            args.heartbeat_interval_ms,
+            args.retry_period if args.retry_period is not None else args.lease_seconds / 6,
+            args.lease_seconds,
+            args.results,
+            args.no_peer,
         )
 
 
@@ -488,7 +507,7 @@ async def _scenario(
             *common,
             "--advertised-url", urls[index], "--lease-namespace", NAMESPACE,
             "--lease-replicas", ",".join(urls), "--lease-prefix", PREFIX,
-            "--lease-duration", str(LEASE_SECONDS), "--kube-server", str(api_url),
+            "--lease-duration", str(options.lease_seconds), "--kube-server", str(api_url),
             "--lease-retry-period", str(options.retry_period_s),
         ]  # fmt: skip
 
@@ -626,7 +645,7 @@ async def _scenario(
                 "recovery_seconds_last_group": round(max(group_first), 3),
                 "recovery_seconds_median_group": round(statistics.median(group_first), 3),
                 "recovery_seconds_last_member": round(max(member_first), 3),
-                "recovery_in_lease_durations": round(max(group_first) / LEASE_SECONDS, 2),
+                "recovery_in_lease_durations": round(max(group_first) / options.lease_seconds, 2),
                 # When the coordinator was back, whatever the members' schedule: the kill to
                 # the last lost partition's first answer to a fetch of one of its groups.
                 "served_again_seconds_last_partition": round(max(served_again), 3),
@@ -749,6 +768,8 @@ async def run(options: Options) -> dict[str, Any]:
             await api.close()
             server.terminate()
             server.join(10)
+        if options.no_peer:
+            return results
         results["peer_single_replica_restarted"] = await _scenario(
             broker.bootstrap, options, False, None, None, work
         )
@@ -765,8 +786,8 @@ def main(argv: list[str]) -> int:
         "groups": options.groups,
         "members_per_group": options.members_per_group,
         "state_partitions": STATE_PARTITIONS,
-        "lease_duration_seconds": LEASE_SECONDS,
-        "renew_deadline_seconds": round(LEASE_SECONDS * 2 / 3, 3),
+        "lease_duration_seconds": options.lease_seconds,
+        "renew_deadline_seconds": round(options.lease_seconds * 2 / 3, 3),
         "retry_period_seconds": options.retry_period_s,
         "heartbeat_interval_ms": options.heartbeat_interval_ms,
         "commit_every_seconds": max(COMMIT_EVERY_S, options.heartbeat_interval_ms / 1000),
@@ -775,8 +796,8 @@ def main(argv: list[str]) -> int:
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         **asyncio.run(run(options)),
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    options.results.parent.mkdir(exist_ok=True)
+    options.results.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     leased = results["three_replicas_on_leases"]
     ok = leased["acknowledged_commits_lost"] == 0 and leased["partitions_moved"] == 0

@@ -1,5 +1,6 @@
-"""The chart's Lease RBAC: only the verbs the elector uses, on only the Leases it names (one
-per state partition, one per replica)."""
+"""The chart's Lease RBAC: only the verbs the elector uses, reading and renewing only the Leases
+it names (one per state partition, one per replica); create, list and watch, which cannot be
+narrowed by name, on the operator's namespace only."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def test_leases_are_granted_by_name_in_the_operators_namespace(
         alive.lease_name(index) for index in range(replicas)
     ]
     assert role["rules"] == [
-        # A create is authorized before its object has a name: it cannot be narrowed.
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        # A create is authorized before its object has a name, and a watch is of the
+        # collection: neither can be narrowed.
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "list", "watch"],
+        },
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],

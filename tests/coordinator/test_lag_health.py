@@ -546,7 +546,7 @@ def test_window_records_new_commits_only_and_stays_bounded() -> None:
 
 
 def test_a_partition_below_the_minimum_completeness_is_not_judged() -> None:
-    window = lag_health.GroupLagWindow(intervals=10, minimum_complete=0.2)
+    window = lag_health.GroupLagWindow(intervals=10, minimum_complete=0.2, settle=1)
     # One commit long ago and a lag since: Rule 3 alone would say STOP.
     window.observe({("t", 0): (5, 1000)}, {("t", 0): 50})
     assert window.evaluate(60_000).partitions[0].verdict is Verdict.OK
@@ -555,7 +555,7 @@ def test_a_partition_below_the_minimum_completeness_is_not_judged() -> None:
 
 
 def test_group_window_forgets_partitions_and_sorts_worst_first() -> None:
-    window = lag_health.GroupLagWindow(intervals=5, minimum_complete=0.0)
+    window = lag_health.GroupLagWindow(intervals=5, minimum_complete=0.0, settle=1)
     assert window.evaluate(0).verdict is Verdict.NOTFOUND
     # t/0 keeps committing; t/1 commits once and then not while its lag grows; t/2 is idle
     # and caught up.
@@ -574,3 +574,62 @@ def test_group_window_forgets_partitions_and_sorts_worst_first() -> None:
     window.observe({("t", 0): (60, 6000)}, {("t", 0): 60})
     assert list(window.partitions) == [("t", 0)]
     assert window.evaluate(7_000).verdict is Verdict.OK
+
+
+def _busy_group(
+    lags: list[int], window: lag_health.GroupLagWindow
+) -> list[tuple[Verdict, Verdict]]:
+    """A consumer committing every second with ``lags[i]`` messages still behind at commit i:
+    (the rules' own verdict of partition 0, the group verdict shown) after each refresh."""
+    seen = []
+    for second, lag in enumerate(lags, start=1):
+        offset = second * 100
+        window.observe({("t", 0): (offset, second * 1000)}, {("t", 0): offset + lag})
+        commits = tuple(window.partitions[("t", 0)].commits)
+        ends = tuple(window.partitions[("t", 0)].log_ends)
+        raw = lag_health.partition_verdict(commits, ends, lag, second * 1000 + 500)
+        seen.append((raw, window.evaluate(second * 1000 + 500).verdict))
+    return seen
+
+
+def test_a_lag_of_a_few_messages_is_no_warning() -> None:
+    """A healthy, busy consumer is always 1 or 2 messages behind: Burrow's Rule 5 says
+    WARNING whenever no commit of the window caught up, and OK when one did."""
+    lags = [1, 2, 2, 1, 2, 2, 2, 0, 1, 2, 2, 2, 2, 2]
+    seen = _busy_group(lags, lag_health.GroupLagWindow())
+    raw = [r for r, _ in seen]
+    # Burrow alone flaps.
+    assert Verdict.WARNING in raw
+    assert Verdict.OK in raw[2:]
+    assert {shown for _, shown in seen} == {Verdict.OK}
+    # The same lags in hundreds are a real warning, shown once it held three refreshes (the
+    # first refresh sees one commit, too few to judge).
+    seen = _busy_group([lag * 100 for lag in [1, 2, 2, 2, 2, 2]], lag_health.GroupLagWindow())
+    assert [raw for raw, _ in seen][1:] == [Verdict.WARNING] * 5
+    assert [shown for _, shown in seen] == [Verdict.OK] * 3 + [Verdict.WARNING] * 3
+
+
+def test_hysteresis_between_healthy_and_not() -> None:
+    window = lag_health.PartitionWindow()
+    assert window.settle(Verdict.OK, 3) is Verdict.OK  # the first verdict is shown at once
+    # A single WARNING between OKs is not shown, nor two.
+    assert [window.settle(v, 3) for v in (Verdict.WARNING, Verdict.OK)] == [Verdict.OK] * 2
+    assert [window.settle(v, 3) for v in (Verdict.WARNING,) * 2] == [Verdict.OK] * 2
+    assert window.settle(Verdict.OK, 3) is Verdict.OK
+    # Three in a row are; unhealthy verdicts of any kind count together, the latest shown.
+    crossing = [Verdict.WARNING, Verdict.STOP, Verdict.STOP]
+    assert [window.settle(v, 3) for v in crossing] == [Verdict.OK, Verdict.OK, Verdict.STOP]
+    # Within the unhealthy side the verdict follows at once.
+    assert window.settle(Verdict.STALL, 3) is Verdict.STALL
+    # Back to OK only after three OKs in a row.
+    back = [Verdict.OK, Verdict.OK, Verdict.WARNING, Verdict.OK, Verdict.OK, Verdict.OK]
+    assert [window.settle(v, 3) for v in back] == [Verdict.STALL] * 2 + [Verdict.WARNING] * 3 + [
+        Verdict.OK
+    ]
+    # settle=1 is Burrow's own behaviour: every verdict shown as found.
+    plain = lag_health.PartitionWindow()
+    assert [plain.settle(v, 1) for v in (Verdict.OK, Verdict.WARNING, Verdict.OK)] == [
+        Verdict.OK,
+        Verdict.WARNING,
+        Verdict.OK,
+    ]

@@ -152,3 +152,29 @@ def test_replicas_converge_to_one_live_holder_per_partition_and_fair_shares(
     shares = [sum(1 for p in held if held[p] == name) for name in live]
     assert sum(shares) == partitions
     assert max(shares) - min(shares) <= 1, shares
+
+
+def test_replicas_short_at_once_are_dealt_different_leases() -> None:
+    """A replica stopped and released its two Leases: the two others, one short each, are
+    dealt one each (the same deal on both), instead of racing for the same one."""
+    views = [
+        LeaseView(0, None, 0.0),
+        LeaseView(1, None, 0.0),
+        LeaseView(2, "a", 100.0),
+        LeaseView(3, "a", 100.0),
+        LeaseView(4, "c", 100.0),
+        LeaseView(5, "c", 100.0),
+    ]
+    a = lease_plan.plan("a", views, {"a", "c"}, now=0.0, held=[2, 3])
+    c = lease_plan.plan("c", views, {"a", "c"}, now=0.0, held=[4, 5])
+    assert (a.take, c.take) == ((0,), (1,))
+    # A Lease that expired goes back to its last holder when that one is alive and short.
+    views[1] = LeaseView(1, "c", 0.0)
+    a = lease_plan.plan("a", views, {"a", "c"}, now=10.0, held=[2, 3])
+    c = lease_plan.plan("c", views, {"a", "c"}, now=10.0, held=[4, 5])
+    assert (a.take, c.take) == ((0,), (1,))
+    views[0] = LeaseView(0, "c", 0.0)
+    views[1] = LeaseView(1, None, 0.0)
+    a = lease_plan.plan("a", views, {"a", "c"}, now=10.0, held=[2, 3])
+    c = lease_plan.plan("c", views, {"a", "c"}, now=10.0, held=[4, 5])
+    assert (a.take, c.take) == ((1,), (0,))

@@ -354,6 +354,24 @@ async def test_a_spec_that_cannot_be_honoured_is_reported(
     assert kmock.get("apps/v1/statefulsets", NS, "orders") is None
 
 
+async def test_a_session_timeout_below_the_operators_minimum_is_refused(
+    kmock: kube.ApiServer, topic: str, broker: Any
+) -> None:
+    """The chart's operator refuses session timeouts under 45 s (groups.minSessionTimeoutSeconds):
+    such members would drop their partitions during a replica's failover."""
+    config = kube.operator_config_for(kmock, broker.bootstrap, retry_base_seconds=0.5)
+    assert config.min_session_timeout_seconds == 45
+    async with kube.RunningOperator(config) as operator:
+        await create(kmock, group_body(topic, broker.bootstrap, sessionTimeoutSeconds=30))
+        ready = await operator.wait_for(lambda: condition(kmock, "Ready"), within=30)
+        assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+        assert "sessionTimeoutSeconds 30 is below this operator's minimum of 45" in ready["message"]
+        assert kmock.get("apps/v1/statefulsets", NS, "orders") is None
+        # At the minimum it is reconciled.
+        await kube.api_call(kmock, "PATCH", GROUP_PATH, {"spec": {"sessionTimeoutSeconds": 45}})
+        await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"), 30)
+
+
 async def test_a_missing_secret_heals_on_retry(
     kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
 ) -> None:

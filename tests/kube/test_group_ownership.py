@@ -184,6 +184,9 @@ async def test_the_owners_deletion_releases_the_id_to_a_waiting_claimant(
         lambda: ready_of(kmock, OTHER_NS, "intruder").get("reason") == "GroupIdConflict"
     )
     assert operator.state.tokens.token_for(GROUP_ID) == owners_token
+    # -o wide's GROUP column names the id it is refused for.
+    intruder = kmock.get(CG, OTHER_NS, "intruder") or {}
+    assert (intruder.get("status") or {}).get("groupId") == GROUP_ID
 
     await kube.api_call(kmock, "DELETE", GROUP_PATH)
     await operator.wait_for(lambda: kmock.get(CG, NS, "orders") is None)

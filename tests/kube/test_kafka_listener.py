@@ -22,7 +22,7 @@ GROUP_ID = f"{NS}.orders"
 async def test_a_consumer_group_is_served_on_the_kafka_port_with_its_token(
     kmock: kube.ApiServer, operator: kube.RunningOperator, topic: str, broker: Any
 ) -> None:
-    await create(kmock, group_body(topic, broker.bootstrap, sessionTimeoutSeconds=30))
+    await create(kmock, group_body(topic, broker.bootstrap, sessionTimeoutSeconds=45))
     await operator.wait_for(lambda: operator.state.tokens.token_for(GROUP_ID))
     listener = operator.state.kafka_listener
     tid = await topic_id(operator.state.runtime, topic)

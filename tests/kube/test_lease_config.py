@@ -129,3 +129,28 @@ def test_kgo_coordinator_lease_flags() -> None:
 def test_bad_kgo_coordinator_lease_flags(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         coordinator.read_lease_settings(_args(**overrides))
+
+
+def test_the_minimum_session_timeout_and_the_lease_must_fit() -> None:
+    """KGO_MIN_SESSION_TIMEOUT_SECONDS defaults to Kafka's 45 s; a Lease whose failover does
+    not fit it is refused at start, as the chart refuses it at install."""
+    replicas = {"KGO_REPLICAS": "3", "KGO_POD_NAME": "kgo-0", "KGO_NAMESPACE": "kgo-system"}
+    assert config.OperatorConfig.from_env(BASE).min_session_timeout_seconds == 45
+    settings = config.OperatorConfig.from_env({**BASE, **replicas})
+    assert settings.leases is not None
+    assert settings.leases.lease_duration_seconds == 8
+    with pytest.raises(config.ConfigError, match="KGO_LEASE_DURATION_SECONDS=15 does not fit"):
+        config.OperatorConfig.from_env({**BASE, **replicas, "KGO_LEASE_DURATION_SECONDS": "15"})
+    # A longer minimum lets a longer Lease through; one replica has no Lease to fit.
+    config.OperatorConfig.from_env(
+        {
+            **BASE,
+            **replicas,
+            "KGO_LEASE_DURATION_SECONDS": "15",
+            "KGO_MIN_SESSION_TIMEOUT_SECONDS": "90",
+        }
+    )
+    single = config.OperatorConfig.from_env({**BASE, "KGO_MIN_SESSION_TIMEOUT_SECONDS": "10"})
+    assert single.min_session_timeout_seconds == 10
+    with pytest.raises(config.ConfigError, match="at least 6"):
+        config.OperatorConfig.from_env({**BASE, "KGO_MIN_SESSION_TIMEOUT_SECONDS": "5"})

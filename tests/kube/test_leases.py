@@ -82,7 +82,7 @@ class Replica:
         self.serving.add(partition)
         self.events.append(("acquired", partition, self.clock()))
 
-    def _lost(self, partition: int) -> None:
+    def _lost(self, partition: int, why: str, voluntary: bool) -> None:
         self.serving.remove(partition)
         self.events.append(("lost", partition, self.clock()))
 
@@ -426,3 +426,24 @@ async def test_peeks_stop_after_a_lease_duration(api: client.KubeClient) -> None
         await a.elector.step()
     assert len(a.serving) == 1
     assert a.elector.peeking() == frozenset()
+
+
+async def test_a_replica_releasing_its_own_lease_retries_past_a_renewal(
+    kmock: kube.ApiServer, api: client.KubeClient
+) -> None:
+    """A stopping replica releases its own Lease even when a renewal of a round still in
+    flight changed it since it was last seen (a release from the stale version would be a
+    conflict, and the others would count the replica alive until the Lease expires)."""
+    replicas = elector.ReplicaLeases(api, NS, PREFIX, "a", ["a", "b"], 15)
+    assert "a" in await replicas.alive()  # creates and holds its own Lease
+    name = replicas.lease_name(0)
+    current = await leases.read(api, NS, name)
+    assert current is not None
+    await leases.renew(api, NS, current)  # the round's renewal, behind its back
+    await replicas.release()
+    released = await leases.read(api, NS, name)
+    assert released is not None
+    assert released.holder is None
+    # Stopping, it neither renews nor counts itself alive any more.
+    assert "a" not in await replicas.alive()
+    assert (await leases.read(api, NS, name)) == released

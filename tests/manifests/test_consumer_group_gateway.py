@@ -3,12 +3,18 @@ variables in the application containers, nothing of the library's."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import dataclasses
+import json
+import shutil
+import sys
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.handlers import config
 from kafka_group_operator.manifests import consumer_group
 from kafka_group_operator.specs import consumer_group as specs
@@ -86,6 +92,16 @@ def test_gateway_is_a_native_sidecar_started_first() -> None:
             },
             {"name": "KGO_GATEWAY_PORT", "value": "9092"},
         ],
+        "startupProbe": {
+            "exec": {"command": ["python3", "-c", consumer_group.GATEWAY_PROBE, "9092"]},
+            "periodSeconds": 1,
+            "timeoutSeconds": 5,
+            "failureThreshold": 60,
+        },
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -165,6 +181,66 @@ def test_body_is_a_valid_kubernetes_object(secret: dict[str, str] | None) -> Non
         kafka["secretRef"] = secret
     body = consumer_group.build_stateful_set(_group(kafka=kafka), URL, GATEWAY)
     kubernetes_validate.validate(body, K8S_VERSION, strict=True)
+
+
+async def test_the_startup_probe_passes_once_the_gateway_listens() -> None:
+    """The probe's command, run as the kubelet runs it (in the pod, so on its loopback):
+    it fails while nothing listens on the gateway's port and passes once something does,
+    without sending a byte (the gateway opens no upstream for a connection that sends
+    nothing)."""
+    port = embedded.free_port()
+    settings = dataclasses.replace(GATEWAY, port=port)
+    probe = consumer_group.build_gateway_container(_group(), settings)["startupProbe"]
+    command = [
+        "python3" if shutil.which("python3") else sys.executable,
+        *probe["exec"]["command"][1:],
+    ]
+
+    async def run_probe() -> int:
+        process = await asyncio.create_subprocess_exec(*command)
+        return await asyncio.wait_for(process.wait(), probe["timeoutSeconds"] * 6)
+
+    assert await run_probe() != 0
+    received = bytearray()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.extend(await reader.read())
+        writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", port)
+    try:
+        assert await run_probe() == 0
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert received == b""
+
+
+def test_operator_settings_give_the_sidecar_its_resources() -> None:
+    resources = {"requests": {"cpu": "200m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+    settings = config.OperatorConfig.from_env(
+        {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_GATEWAY_RESOURCES": json.dumps(resources)}
+    )
+    gateway = consumer_group.build_gateway_container(_group(), config.gateway_settings(settings))
+    assert gateway["resources"] == resources
+    for bad in ("[1]", '{"requests": {"cpu": true}}', '{"claims": []}', "{"):
+        with pytest.raises(config.ConfigError, match="KGO_GATEWAY_RESOURCES"):
+            config.OperatorConfig.from_env(
+                {"KGO_BOOTSTRAP_SERVERS": "k:1", "KGO_GATEWAY_RESOURCES": bad}
+            )
+    docs = chart._render(
+        *chart.REQUIRED,
+        "--set-json",
+        f"gateway.resources={json.dumps(resources)}",
+    )
+    (container,) = chart._find(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert json.loads(env["KGO_GATEWAY_RESOURCES"]) == resources
+    # By default the chart sets nothing: the builder's defaults apply.
+    (default,) = chart._find(chart._render(*chart.REQUIRED), "StatefulSet")["spec"]["template"][
+        "spec"
+    ]["containers"]
+    assert "KGO_GATEWAY_RESOURCES" not in {item["name"] for item in default["env"]}
 
 
 def test_operator_settings_give_the_sidecar_its_image_and_coordinator() -> None:

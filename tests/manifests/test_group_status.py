@@ -170,6 +170,11 @@ def test_error_status() -> None:
     error = errors.UnknownTopic("topic(s) orders do not exist on kafka:9092")
     status = group_status.build_error_status(error, 5, None, T0)
     assert status["observedGeneration"] == 5
+    assert "groupId" not in status
+    # The id the resource names, when known, as a reconciled group's status has it.
+    named = group_status.build_error_status(error, 5, None, T0, "shop.orders")
+    assert named["groupId"] == "shop.orders"
+    assert named["conditions"] == status["conditions"]
     assert status["conditions"] == [
         {
             "type": "Ready",

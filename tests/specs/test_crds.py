@@ -70,10 +70,17 @@ def _column_value(resource: dict[str, Any], path: str) -> Any:
     return value
 
 
-def test_consumer_group_columns_read_a_built_status() -> None:
+@pytest.mark.parametrize("named", [True, False], ids=["spec.groupId", "defaulted"])
+def test_consumer_group_columns_read_a_built_status(named: bool) -> None:
+    """Every column reads a built status; GROUP shows the id in effect, also when
+    ``spec.groupId`` is left to its default (``<namespace>.<name>``)."""
     crd = kube_schema.load_crd("consumergroups")
     (version,) = crd["spec"]["versions"]
-    group = specs.parse_consumer_group("orders", "shop", _example_group()["spec"])
+    example = _example_group()
+    assert example["spec"]["groupId"] == "shop.orders"
+    if not named:
+        del example["spec"]["groupId"]
+    group = specs.parse_consumer_group("orders", "shop", example["spec"])
     description = messages.GroupDescription(
         group_id=group.group_id,
         state="stable",
@@ -90,7 +97,7 @@ def test_consumer_group_columns_read_a_built_status() -> None:
         group, 1, description, {("orders", 0): 12}, None, "2026-01-01T00:00:00Z", verdict=verdict
     )
     resource = {
-        **_example_group(),
+        **example,
         "metadata": {"name": "orders", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "status": status,
     }

@@ -452,6 +452,11 @@ class RunningOperator:
     def state(self) -> lifecycle.OperatorState:
         return lifecycle.state_of(self.memo)
 
+    @property
+    def alive(self) -> bool:
+        """Started and not stopped yet."""
+        return self._thread.is_alive()
+
     async def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` in the operator's loop (where the runtime lives) and await it."""
         assert self._loop is not None

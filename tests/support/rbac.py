@@ -21,6 +21,8 @@ _CLIENT_VERBS = {
     "get": (None, "get"),
     "get_or_none": (None, "get"),
     "list": (None, "list"),
+    "list_versioned": (None, "list"),
+    "watch": (None, "watch"),
     "create": (None, "create"),
     "patch": (None, "patch"),
     "replace": (None, "update"),

@@ -122,3 +122,21 @@ it to Roles in the namespaces listed there. */}}
   resources: [secrets]
   verbs: [get, create]
 {{- end }}
+
+{{/* Refuse Lease settings whose failover does not fit the groups' shortest session timeout
+(with more than one replica). The same rule as the operator's own check at start
+(handlers/config.py, failover_fits): a failover takes at most the Lease, a round (a sixth of
+the Lease), 2 s to fence and load and 1.2 s for the member's retry; a member surely keeps its
+partitions for half its session timeout less a heartbeat interval (3 s, or a quarter of the
+session when shorter); the failover must fit three quarters of that. */}}
+{{- define "kgo.checkFailover" -}}
+{{- if gt (int .Values.replicas) 1 }}
+{{- $lease := float64 .Values.leases.durationSeconds }}
+{{- $session := float64 .Values.groups.minSessionTimeoutSeconds }}
+{{- $failover := addf $lease (divf $lease 6.0) 2.0 1.2 }}
+{{- $budget := subf (divf $session 2.0) (minf 3.0 (divf $session 4.0)) }}
+{{- if gt $failover (mulf 0.75 $budget) }}
+{{- fail (printf "leases.durationSeconds=%d does not fit groups.minSessionTimeoutSeconds=%d: a failover may take %.1fs, more than three quarters of the %.1fs a member surely keeps its partitions; shorten the Lease or raise the minimum" (int .Values.leases.durationSeconds) (int .Values.groups.minSessionTimeoutSeconds) $failover $budget) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -166,7 +166,8 @@ def _auth_middleware(store: tokens.TokenStore | None) -> Middleware:
             if internal.INTERNAL_TOKEN_KEY in request.app:
                 internal.authorize(request)
         elif store is not None and group is not None and request.path not in _PUBLIC_PATHS:
-            tokens.authorize(
+            # Before the coordinator check, on every replica (``access.tokens`` says why).
+            await tokens.authenticate(
                 store, group, tokens.bearer_token(request.headers.get("Authorization"))
             )
         return await handler(request)

@@ -157,7 +157,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--lease-duration",
         type=int,
-        default=15,
+        default=8,
         help="Lease duration in seconds (renew deadline 2/3 of it, retries every 1/6)",
     )
     parser.add_argument(

@@ -16,6 +16,14 @@ Burrow's ``min-distance`` merges frequent commits); its lag is the log end known
 refresh minus its offset. Each refresh also adds the partition's log end to the log-end ring.
 Both rings are bounded, and a partition the group no longer has committed offsets for is
 forgotten, so the memory is ``intervals`` entries per committed partition.
+
+Two additions to Burrow keep a healthy group's verdict from flapping. A partition whose lag is
+a few messages (below ``minimum_lag``) is never WARNING: a live producer keeps some messages
+in flight, so a busy, healthy consumer shows a lag of 1 or 2 that Burrow's Rule 5 reads as
+"not decreasing" whenever no commit of the window happened to catch up. And each partition's
+verdict moves between healthy (OK) and unhealthy (anything else) only once the new side has
+held for ``settle`` evaluations in a row (hysteresis); within the unhealthy side it follows
+the rules at once (WARNING to STOP, say), as an alert already stands.
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ DEFAULT_ALLOWED_LAG = 0
 # two commits of ten, because with a single commit the window spans no time and Rule 3 calls
 # every lagging partition stopped: each operator restart and each new group would flash STOP.
 DEFAULT_MINIMUM_COMPLETE = 0.2
+# Ours, not Burrow's: a lag below this many messages is never WARNING (STOP, STALL and REWIND
+# are judged as Burrow does, whatever the lag).
+DEFAULT_MINIMUM_LAG = 10
+# Ours: evaluations in a row a partition's verdict must hold on the other side (healthy or
+# not) before it is shown; with the default status refresh (10 s), half a minute.
+DEFAULT_SETTLE = 3
 
 
 class Verdict(enum.IntEnum):
@@ -182,10 +196,27 @@ class PartitionWindow:
     commits: deque[Commit] = field(init=False)
     log_ends: deque[int] = field(init=False)
     current_lag: int = 0
+    # The verdict shown (None before the first evaluation), and how many evaluations in a
+    # row have found the partition on the other side of healthy.
+    shown: Verdict | None = None
+    crossing: int = 0
 
     def __post_init__(self) -> None:
         self.commits = deque(maxlen=self.intervals)
         self.log_ends = deque(maxlen=self.intervals)
+
+    def settle(self, verdict: Verdict, evaluations: int) -> Verdict:
+        """The verdict to show after one evaluation found ``verdict`` (hysteresis: the
+        module's docstring)."""
+        shown = self.shown
+        if shown is None or (shown is Verdict.OK) == (verdict is Verdict.OK):
+            self.shown, self.crossing = verdict, 0
+            return verdict
+        self.crossing += 1
+        if self.crossing >= evaluations:
+            self.shown, self.crossing = verdict, 0
+            return verdict
+        return shown
 
     def observe(self, offset: int, commit_timestamp_ms: int, log_end: int | None) -> None:
         lag = None if log_end is None else max(0, log_end - offset)
@@ -204,6 +235,8 @@ class GroupLagWindow:
     intervals: int = DEFAULT_INTERVALS
     allowed_lag: int = DEFAULT_ALLOWED_LAG
     minimum_complete: float = DEFAULT_MINIMUM_COMPLETE
+    minimum_lag: int = DEFAULT_MINIMUM_LAG
+    settle: int = DEFAULT_SETTLE
     partitions: dict[tuple[str, int], PartitionWindow] = field(default_factory=dict)
     # The group verdict last published, to tell a change (and post one Event for it).
     published: Verdict | None = None
@@ -225,6 +258,8 @@ class GroupLagWindow:
             window.observe(offset, timestamp_ms, log_ends.get(tp))
 
     def evaluate(self, now_ms: int) -> GroupVerdict:
+        """Each partition's verdict as shown (minimum lag and hysteresis applied) and the
+        group's from them. Call once per refresh: every call counts for the hysteresis."""
         if not self.partitions:
             return GroupVerdict(Verdict.NOTFOUND, ())
         verdicts = []
@@ -239,6 +274,9 @@ class GroupLagWindow:
                     now_ms,
                     self.allowed_lag,
                 )
+                if verdict is Verdict.WARNING and window.current_lag < self.minimum_lag:
+                    verdict = Verdict.OK
+            verdict = window.settle(verdict, self.settle)
             verdicts.append(
                 PartitionVerdict(
                     topic,

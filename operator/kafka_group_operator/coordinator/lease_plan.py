@@ -16,13 +16,17 @@ converge when their views agree:
 - A replica takes a Lease only when it is free, expired, or already its own (a restarted
   replica with the same name); never one that another live holder still holds.
 - A replica over its target gives up first the Leases it holds but does not serve (left from
-  before a restart), then its highest partitions; one under it takes free ones, starting
-  from a point that depends on its rank so that replicas starting together do not all race
-  for partition 0.
+  before a restart), then its highest partitions.
+- Free and expired Leases are dealt out, the same way on every replica so that replicas
+  short of their target at the same moment (after a handover, say) do not race for the same
+  ones: each goes back to its last holder when that one is alive and short, the rest in
+  partition order to the replicas short of their target, in name order, each getting what
+  it lacks. A replica takes what is dealt to it.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -78,21 +82,45 @@ def plan(
     them (this replica restarted under the same name) is taken back, as its own, before any
     other; it is given up instead when it is over the target.
     """
-    holders = {live_holder(view, now) for view in leases} - {None}
-    replicas = sorted({*alive, *(h for h in holders if h is not None), me})
-    target = targets(len(leases), replicas)[me]
+    live = [live_holder(view, now) for view in leases]
+    replicas = sorted({*alive, *(h for h in live if h is not None), me})
+    shares = targets(len(leases), replicas)
+    target = shares[me]
     served = set(held)
     mine = sorted(
         (view.partition for view in leases if live_holder(view, now) == me),
         key=lambda p: (p not in served, p),
     )
     keep, give_up = mine[:target], tuple(sorted(mine[target:]))
-    # Free or expired Leases, our own expired ones first (no live holder claims those).
-    candidates = [view.partition for view in leases if live_holder(view, now) is None]
-    partitions = len(leases)
-    start = replicas.index(me) * partitions // len(replicas)
-    own = {view.partition for view in leases if view.holder == me}
-    candidates.sort(key=lambda p: (p not in own, (p - start) % max(partitions, 1)))
     reclaim = [p for p in keep if p not in served]
-    take = tuple(reclaim + candidates[: target - len(keep)])
+    dealt = deal(leases, live, replicas, shares)
+    take = tuple(reclaim + dealt.get(me, [])[: target - len(keep)])
     return Plan(take=take, give_up=give_up, target=target)
+
+
+def deal(
+    leases: Sequence[LeaseView],
+    live: Sequence[str | None],
+    replicas: Sequence[str],
+    shares: dict[str, int],
+) -> dict[str, list[int]]:
+    """The free or expired Leases (``live[p]`` is None), dealt to the replicas short of their
+    share (see the module docstring): replica -> partitions."""
+    holding = collections.Counter(holder for holder in live if holder is not None)
+    lacking = {name: max(shares[name] - holding[name], 0) for name in replicas}
+    dealt: dict[str, list[int]] = collections.defaultdict(list)
+    rest = []
+    for view in leases:
+        if live[view.partition] is not None:
+            continue
+        last = view.holder
+        if last is not None and len(dealt[last]) < lacking.get(last, 0):
+            dealt[last].append(view.partition)
+        else:
+            rest.append(view.partition)
+    for name in replicas:
+        wanted = lacking[name] - len(dealt[name])
+        if wanted > 0:
+            dealt[name].extend(rest[:wanted])
+            rest = rest[wanted:]
+    return dict(dealt)

@@ -5,10 +5,13 @@ A frozen value passed down through kopf's ``memo``; nothing reads the environmen
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from kafka_group_operator.coordinator import config as coordinator_config
@@ -25,6 +28,49 @@ _FILE_PROPERTIES = {
 
 class ConfigError(ValueError):
     """An operator setting is missing or malformed."""
+
+
+# Failover and the members' budget (README, "Failover and the session timeout"). A replica
+# that dies leaves its partitions' Leases unrenewed; the others take them once they expire
+# by their view: the Lease's duration after the last renewal they saw, which they may see up
+# to a round (a sixth of the duration) late when their watch is down. Then the new holder
+# fences and loads (FENCE_AND_LOAD_S, a partition of 100,000 keys with a checkpoint loads in
+# about 1.2 s: bench/takeover), and a member retrying against the moving coordinator is at
+# most its longest backoff away (the member library's COORDINATOR_MOVING_BACKOFF_MAX_S, 1 s,
+# jittered by 20%).
+FENCE_AND_LOAD_S = 2.0
+MEMBER_RETRY_S = 1.2
+# A member keeps its partitions until half the session timeout after its last successful
+# heartbeat was sent; that was up to a heartbeat interval before the failure (the
+# coordinator's 3 s, or a quarter of the session when shorter, as the member heartbeats at
+# least twice per half session).
+HEARTBEAT_INTERVAL_S = 3.0
+# The failover must fit in three quarters of that: a quarter is the margin.
+FAILOVER_MARGIN = 0.25
+# The smallest session timeout a ConsumerGroup may have unless the operator is told another
+# (KGO_MIN_SESSION_TIMEOUT_SECONDS, the chart's groups.minSessionTimeoutSeconds): Kafka's
+# group.consumer.min.session.timeout.ms. It cannot be set below the CRD's minimum.
+MIN_SESSION_TIMEOUT_S = 45
+CRD_MIN_SESSION_TIMEOUT_S = 6
+
+
+def failover_bound_s(lease_duration_s: float) -> float:
+    """The longest a replica's death leaves a group unanswered, the member's first retry
+    included: the Lease, a round, the fence and load, the member's backoff."""
+    return lease_duration_s * (1 + 1 / 6) + FENCE_AND_LOAD_S + MEMBER_RETRY_S
+
+
+def member_budget_s(session_timeout_s: float) -> float:
+    """How long after a failure a member surely still owns its partitions: half the session
+    timeout after its last heartbeat, which was up to a heartbeat interval before."""
+    return session_timeout_s / 2 - min(HEARTBEAT_INTERVAL_S, session_timeout_s / 4)
+
+
+def failover_fits(lease_duration_s: float, session_timeout_s: float) -> bool:
+    """Whether a failover fits a member's budget with the margin (FAILOVER_MARGIN)."""
+    return failover_bound_s(lease_duration_s) <= (1 - FAILOVER_MARGIN) * member_budget_s(
+        session_timeout_s
+    )
 
 
 @dataclass(frozen=True)
@@ -47,12 +93,18 @@ class LeaseConfig:
     statefulset: str
     lease_prefix: str
     peer_url: str
-    lease_duration_seconds: int = 15
+    # With the chart's minimum session timeout (45 s, a member's budget 19.5 s) a failover
+    # takes at most 12.5 s: 7 s of margin (failover_bound_s).
+    lease_duration_seconds: int = 8
     kafka_peer_address: str = "{identity}:9092"
 
     @property
     def identities(self) -> tuple[str, ...]:
         return tuple(f"{self.statefulset}-{index}" for index in range(self.replicas))
+
+    def kafka_address_of(self) -> Callable[[str], peers.Address]:
+        """A replica's Kafka listener address from its identity (``kafka_peer_address``)."""
+        return peers.address_template(self.kafka_peer_address)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LeaseConfig | None:
@@ -130,6 +182,11 @@ class OperatorConfig:
     leases: LeaseConfig | None = None
     # The image of the gateway sidecar of ``clientProtocol: kafka`` groups (the operator's).
     gateway_image: str = "ghcr.io/kafka-group-operator/kafka-group-operator:0.1.0"
+    # The gateway sidecar's resources (None: ``consumer_group.GATEWAY_RESOURCES``).
+    gateway_resources: Mapping[str, Any] | None = None
+    # ConsumerGroups with a shorter sessionTimeoutSeconds are refused (InvalidSpec): their
+    # members would drop their partitions in a failover (``failover_fits``).
+    min_session_timeout_seconds: int = MIN_SESSION_TIMEOUT_S
     status_interval_seconds: float = 10.0
     # First retry delay of a spec that may heal (doubling up to 5 minutes).
     retry_base_seconds: float = 5.0
@@ -161,6 +218,21 @@ class OperatorConfig:
             raise ConfigError(
                 "KGO_KAFKA_TLS_CERT_FILE and KGO_KAFKA_TLS_KEY_FILE go together (listener TLS)"
             )
+        leases = LeaseConfig.from_env(env)
+        min_session = _integer(env, "KGO_MIN_SESSION_TIMEOUT_SECONDS", MIN_SESSION_TIMEOUT_S)
+        if min_session < CRD_MIN_SESSION_TIMEOUT_S:
+            raise ConfigError(
+                f"KGO_MIN_SESSION_TIMEOUT_SECONDS must be at least {CRD_MIN_SESSION_TIMEOUT_S} "
+                f"(the ConsumerGroup CRD's minimum), not {min_session}"
+            )
+        if leases is not None and not failover_fits(leases.lease_duration_seconds, min_session):
+            raise ConfigError(
+                f"KGO_LEASE_DURATION_SECONDS={leases.lease_duration_seconds} does not fit "
+                f"KGO_MIN_SESSION_TIMEOUT_SECONDS={min_session}: a failover may take "
+                f"{failover_bound_s(leases.lease_duration_seconds):.1f}s, more than three "
+                f"quarters of the {member_budget_s(min_session):.1f}s a member of such a "
+                "group surely keeps its partitions; shorten the Lease or raise the minimum"
+            )
         return cls(
             bootstrap_servers=bootstrap,
             state_topic=env.get("KGO_STATE_TOPIC", cls.state_topic),
@@ -180,8 +252,10 @@ class OperatorConfig:
             ),
             metrics_port=_integer(env, "KGO_METRICS_PORT", cls.metrics_port),
             cluster_name=env.get("KGO_CLUSTER_NAME") or cls.cluster_name,
-            leases=LeaseConfig.from_env(env),
+            leases=leases,
+            min_session_timeout_seconds=min_session,
             gateway_image=env.get("KGO_GATEWAY_IMAGE") or cls.gateway_image,
+            gateway_resources=_resources(env, "KGO_GATEWAY_RESOURCES"),
             status_interval_seconds=float(env.get("KGO_STATUS_INTERVAL_SECONDS", "10")),
             kube_server=env.get("KGO_KUBE_SERVER") or None,
             namespaces=tuple(
@@ -222,10 +296,13 @@ def kafka_listener_host(config: OperatorConfig) -> str:
 
 def gateway_settings(config: OperatorConfig) -> consumer_group.GatewaySettings:
     """The gateway sidecar's settings: the operator's image and its coordinator listener."""
-    return consumer_group.GatewaySettings(
+    settings = consumer_group.GatewaySettings(
         image=config.gateway_image,
         coordinator_address=f"{kafka_listener_host(config)}:{config.kafka_port}",
     )
+    if config.gateway_resources is not None:
+        settings = dataclasses.replace(settings, resources=config.gateway_resources)
+    return settings
 
 
 def read_kafka_config_dir(directory: Path) -> dict[str, str]:
@@ -242,6 +319,29 @@ def read_kafka_config_dir(directory: Path) -> dict[str, str]:
         else:
             settings[path.name] = path.read_text().strip()
     return settings
+
+
+def _resources(env: Mapping[str, str], key: str) -> Mapping[str, Any] | None:
+    """A container's ResourceRequirements from JSON (``{"requests": {...}, "limits":
+    {...}}``); None when unset or ``{}``."""
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise ConfigError(f"{key} must be a JSON object: {error}") from None
+    if not isinstance(value, dict) or not set(value) <= {"requests", "limits"}:
+        raise ConfigError(f"{key} must be a JSON object with requests and limits only")
+    for part, amounts in value.items():
+        if not isinstance(amounts, dict) or not all(
+            isinstance(name, str)
+            and isinstance(amount, str | int | float)
+            and not isinstance(amount, bool)
+            for name, amount in amounts.items()
+        ):
+            raise ConfigError(f"{key}: {part} must map resource names to quantities")
+    return value or None
 
 
 def _integer(env: Mapping[str, str], key: str, default: int) -> int:

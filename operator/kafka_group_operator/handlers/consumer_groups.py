@@ -112,6 +112,7 @@ async def reconcile(
     state.reconciled.pop((namespace, name), None)
     try:
         group = parse(body)
+        check_session_timeout(group, state.config)
         await claim_group_id(state, group, meta)
         await _check_dependencies(state, group)
         # Before any pod starts: its members' commits would leave nothing to adopt.
@@ -135,7 +136,7 @@ async def reconcile(
         await remove_surplus_members(state, group, description, body)
     except spec_errors.SpecError as error:
         error_status = group_status.build_error_status(
-            error, generation, status.get("conditions"), now
+            error, generation, status.get("conditions"), now, _group_id_or_none(body)
         )
         await _patch_status(state, body, error_status)
         kopf.warn(body, reason=error.reason, message=error.message)
@@ -169,6 +170,27 @@ async def reconcile(
                 )
             },
         )
+
+
+def check_session_timeout(group: specs.ConsumerGroupSpec, settings: config.OperatorConfig) -> None:
+    """``InvalidSpec`` when the group's session timeout is below the operator's minimum: its
+    members would drop their partitions in a failover (as Kafka refuses a session timeout
+    below ``group.consumer.min.session.timeout.ms``)."""
+    minimum = settings.min_session_timeout_seconds
+    if group.session_timeout_seconds < minimum:
+        raise spec_errors.InvalidSpec(
+            f"sessionTimeoutSeconds {group.session_timeout_seconds} is below this operator's "
+            f"minimum of {minimum} (groups.minSessionTimeoutSeconds): a replica's failover "
+            "could outlast the half session timeout its members keep their partitions for"
+        )
+
+
+def _group_id_or_none(body: Mapping[str, Any]) -> str | None:
+    """The group id the resource names, for its status; None when even that is malformed."""
+    try:
+        return ownership.group_id_of(body)
+    except (KeyError, TypeError):
+        return None
 
 
 async def claim_group_id(

@@ -6,7 +6,9 @@ partitions' Leases and a ``CoordinatorRuntime`` that serves what the elector hol
 elector's ``on_acquired`` takes a partition (fence, load, serve), ``on_lost`` gives it up at
 once, and the runtime asks the elector's ``holds`` before it acknowledges anything. Who is
 alive comes from one Lease per replica (``kube.elector.ReplicaLeases``), so that a replica
-holding nothing yet gets its share, and a dead one's partitions are taken over.
+holding nothing yet gets its share, and a dead one's partitions are taken over. ``stop``
+hands this replica's partitions over (``LeaseElector.hand_over``) before anything else of
+the replica stops; the elector's watch on the Leases runs on its thread too.
 
 The elector runs on a thread of its own, with its own event loop and its own API client
 (built from the runtime's client's credentials, following kopf's re-logins): members'
@@ -59,7 +61,7 @@ class LeaseSettings:
     replicas: Sequence[str]
     prefix: str = "kgo-partition"
     url_template: str = "{identity}"
-    lease_duration_seconds: int = 15
+    lease_duration_seconds: int = 8
     renew_deadline_seconds: float | None = None
     retry_period_seconds: float | None = None
 
@@ -152,6 +154,9 @@ class LeasedShards:
             on_lost=self._lost,
             members=self.replicas.alive,
             member_expiries=self.replicas.expiries,
+            on_other_lease=self.replicas.saw,
+            members_seen=self.replicas.alive_seen,
+            settled=lambda partition: not runtime.loading(partition),
             clock=clock,
         )
         runtime.lease_check = self.elector.holds
@@ -193,10 +198,13 @@ class LeasedShards:
     def _acquired(self, partition: int) -> None:
         self._to_runtime(self._acquire, partition)
 
-    def _lost(self, partition: int) -> None:
+    def _lost(self, partition: int, why: str, voluntary: bool) -> None:
         # The runtime already refuses to acknowledge anything (``holds`` is false); this
         # stops the partition and fails what is queued.
-        self._to_runtime(self.runtime.release, partition)
+        def release(index: int) -> None:
+            self.runtime.release(index, why, voluntary=voluntary)
+
+        self._to_runtime(release, partition)
 
     def _acquire(self, partition: int) -> None:
         if not self.elector.holds(partition):
@@ -227,7 +235,10 @@ class LeasedShards:
         self._thread.start()
 
     async def stop(self) -> None:
-        """Give every partition up and release its Lease, so that others take it at once."""
+        """Hand every partition over (``LeaseElector.hand_over``): this replica's own Lease
+        released, each partition's released and taken by another replica before this
+        returns (at most a Lease duration), this replica's front doors still answering
+        ``NOT_COORDINATOR`` with the new holders meanwhile. Call it before they stop."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -267,25 +278,40 @@ class LeasedShards:
             electing: asyncio.Task[Any] = asyncio.create_task(
                 self.elector.run(), name="lease elector"
             )
+            watching: asyncio.Task[Any] = asyncio.create_task(
+                self.elector.watch(), name="lease watch"
+            )
             try:
                 while not electing.done():
                     done, _ = await asyncio.wait(
                         {stopping, electing}, timeout=period, return_when=asyncio.FIRST_COMPLETED
                     )
                     if stopping in done:
+                        await self._hand_over()
                         break
                     latest = self._source.credentials
                     if latest is not None and latest is not credentials:
                         credentials = latest
                         self._api.configure(credentials)  # kopf logged in again
             finally:
-                # Cancelling the elector gives every partition up and releases its Lease.
-                electing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await electing
+                # Cancelling the elector gives up what it still holds and releases it.
+                for task in (watching, electing):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         finally:
             stopping.cancel()
             await self._api.close()
+
+    async def _hand_over(self) -> None:
+        """On the elector's thread: this replica counted gone by the others first (its own
+        Lease released), then its partitions handed over."""
+        self.elector.stop_taking()
+        try:
+            await self.replicas.release()
+            await self.elector.hand_over(self.settings.lease_duration_seconds)
+        except Exception:  # the stop goes on: what is left is released by the elector
+            logger.exception("handing the partitions over failed")
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

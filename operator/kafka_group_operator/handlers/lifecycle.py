@@ -4,8 +4,9 @@ Startup builds the ``OperatorState`` (settings, coordinator runtime, member API 
 coordinator listener (Kafka protocol), group tokens, Kubernetes client) and keeps it in kopf's
 ``memo``; every other handler finds it there with ``state_of(memo)``. Cleanup stops the API
 and the listener first (no new requests), then the runtime (which finishes its in-flight
-writes). Login hands kopf and our Kubernetes client the
-same credentials.
+writes). With Leases the partitions are handed over to the other replicas before anything
+stops (``LeasedShards.stop``). Login hands kopf and our Kubernetes client the same
+credentials.
 """
 
 from __future__ import annotations
@@ -172,8 +173,15 @@ async def _start_coordinator(
         )
         shards = _shards(config, kube_of(memo), runtime)
         # Not loaded until every existing group's token is read: meanwhile a group without
-        # a token is answered COORDINATOR_LOAD_IN_PROGRESS (retriable), never refused.
-        group_tokens = tokens.GroupTokens(loaded=False)
+        # a token is answered COORDINATOR_LOAD_IN_PROGRESS (retriable), never refused. A
+        # group's token this replica was not given is read from its Secret when a member
+        # presents one (``ownership.TokenLookup``), so every replica authenticates every group.
+        group_tokens = tokens.GroupTokens(
+            loaded=False,
+            source=ownership.TokenLookup(
+                kube_of(memo), _owners_of(slot, runtime), config.namespaces
+            ),
+        )
         directory = shards.directory() if shards is not None else None
         # The internal API: the control plane (whichever replica runs it) reaches the groups
         # served here through it.
@@ -238,6 +246,19 @@ async def _start_coordinator(
         return
 
 
+def _owners_of(
+    slot: _Slot, runtime: coordinator_runtime.CoordinatorRuntime
+) -> Callable[[], ownership.GroupOwners]:
+    """Who answers who owns a group id: the control plane's port (any group's coordinator)
+    once the state exists, the local runtime before."""
+
+    def owners() -> ownership.GroupOwners:
+        state = slot.state
+        return coordinator_port.port_of(state) if state is not None else runtime
+
+    return owners
+
+
 @kopf.on.cleanup()
 async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
     starter = memo.get(STARTER_KEY)
@@ -247,14 +268,15 @@ async def cleanup(memo: Any, logger: Any, **_: Any) -> None:
             await starter
     state = started(memo)
     if state is not None:
+        shards = memo.get(SHARDS_KEY)
+        if isinstance(shards, lease_shards.LeasedShards):
+            # First, while the front doors still answer (NOT_COORDINATOR naming the next
+            # holder): hand the partitions over, the others take them at once.
+            await shards.stop()
         await state.api_runner.cleanup()
         if state.metrics_runner is not None:
             await state.metrics_runner.cleanup()
         await state.kafka_listener.stop()
-        shards = memo.get(SHARDS_KEY)
-        if isinstance(shards, lease_shards.LeasedShards):
-            # Give the partitions up and release their Leases: the others take them at once.
-            await shards.stop()
         await state.runtime.stop()
         if state.coordinators is not None:
             await state.coordinators.close()
@@ -297,7 +319,7 @@ def listener_config(
     host, port = operator_config.kafka_listener_host(config), None
     if shards is not None and config.leases is not None:
         if address_of is None:
-            address_of = peers.address_template(config.leases.kafka_peer_address)
+            address_of = config.leases.kafka_address_of()
         kafka_peers = shards.kafka_peers(address_of)
         host, port = kafka_peers.own
     return protocol_listener.ListenerConfig(

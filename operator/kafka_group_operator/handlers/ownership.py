@@ -12,14 +12,23 @@ takes it over on its next retry.
 ConsumerGroup (the owners' only) and then marks the token store loaded. Until then the
 member API answers ``COORDINATOR_LOAD_IN_PROGRESS`` for groups it has no token for, so
 members that heartbeat during an operator restart wait instead of failing.
+
+``TokenLookup`` is the token store's source (``access.tokens``) afterwards: a group created
+since, on a replica that neither reconciled nor coordinated it, has its token read on demand
+the same way (the ConsumerGroups naming the id, their owner, its Secret). The list of
+ConsumerGroups is shared by the lookups of one moment (read at most once per
+``list_interval_s``), and Secrets are read a few at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kafka_group_operator.access import tokens
@@ -164,31 +173,122 @@ async def load_tokens(
             owner = await owners.group_owner(group_id)
         except coordinator_errors.CoordinatorError:
             owner = None  # its partition is not serving: its members cannot run anyway
-        uids = {str((body.get("metadata") or {}).get("uid", "")) for body in claiming}
-        if owner is not None and owner.uid in uids:
-            chosen = next(b for b in claiming if b["metadata"].get("uid") == owner.uid)
-        elif owner is None and len(claiming) == 1:
-            chosen = claiming[0]
-        else:
+        chosen = _tokens_resource(claiming, owner)
+        if chosen is None:
             continue
-        meta = chosen["metadata"]
         try:
-            secret = await kube.get_or_none(
-                kube_client.SECRETS,
-                meta["namespace"],
-                consumer_group.token_secret_name(meta["name"]),
-            )
+            token = await _read_token(kube, chosen)
         except kube_errors.Forbidden as error:
             # Not a reason to keep every other group waiting: this group's reconciliation
             # reports the missing right.
             logger.warning("cannot read the token of group %s: %s", group_id, error)
             continue
-        token = consumer_group.token_from_secret(secret) if secret is not None else None
         if token:
             store.set(group_id, token)
             loaded += 1
     store.mark_loaded()
     return loaded
+
+
+def _tokens_resource(
+    claiming: list[Mapping[str, Any]], owner: messages.GroupOwner | None
+) -> Mapping[str, Any] | None:
+    """Of the ConsumerGroups naming a group id, the one whose token is the group's: the
+    recorded owner, else the only claimant; None when that cannot be told (several
+    claimants and no owner yet: the reconciliation decides)."""
+    if owner is not None:
+        return next(
+            (b for b in claiming if (b.get("metadata") or {}).get("uid") == owner.uid), None
+        )
+    return claiming[0] if len(claiming) == 1 else None
+
+
+async def _read_token(kube: kube_client.KubeClient, body: Mapping[str, Any]) -> str | None:
+    meta = body["metadata"]
+    secret = await kube.get_or_none(
+        kube_client.SECRETS, meta["namespace"], consumer_group.token_secret_name(meta["name"])
+    )
+    return consumer_group.token_from_secret(secret) if secret is not None else None
+
+
+class TokenLookup:
+    """A group's token read from the Kubernetes API on demand (``access.tokens``' source).
+
+    ``owners()`` answers who owns a group id when several resources name it: the control
+    plane's port, which reaches the group's coordinator wherever it runs. A resource being
+    deleted still counts (its pods may still run); an id nobody names has no token.
+    Kubernetes errors become ``COORDINATOR_LOAD_IN_PROGRESS`` (retriable): the token may
+    exist, this replica cannot tell now.
+    """
+
+    def __init__(
+        self,
+        kube: kube_client.KubeClient,
+        owners: Callable[[], GroupOwners],
+        namespaces: tuple[str, ...],
+        list_interval_s: float = 1.0,
+        concurrent_reads: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kube = kube
+        self._owners = owners
+        self._namespaces = namespaces
+        self._list_interval_s = list_interval_s
+        self._clock = clock
+        self._reads = asyncio.Semaphore(concurrent_reads)
+        self._listing: asyncio.Task[dict[str, list[Mapping[str, Any]]]] | None = None
+        self._listed_at = -math.inf
+
+    async def __call__(self, group_id: str) -> str | None:
+        try:
+            claiming = (await self._claimants()).get(group_id, [])
+            if not claiming:
+                return None
+            owner = None
+            if len(claiming) > 1:
+                owner = await self._owners().group_owner(group_id)
+            chosen = _tokens_resource(claiming, owner)
+            if chosen is None:
+                return None
+            async with self._reads:
+                return await _read_token(self._kube, chosen)
+        except kube_errors.Forbidden as error:
+            logger.warning("cannot read the token of group %s: %s", group_id, error)
+            return None
+        except kube_errors.KubeError as error:
+            raise coordinator_errors.CoordinatorLoadInProgress(
+                f"cannot read the token of group {group_id!r} now: {error}"
+            ) from error
+        except coordinator_errors.CoordinatorError as error:
+            if error.retriable:
+                raise coordinator_errors.CoordinatorLoadInProgress(
+                    f"the owner of group {group_id!r} is not known now: {error}"
+                ) from error
+            raise
+
+    async def _claimants(self) -> dict[str, list[Mapping[str, Any]]]:
+        """Group id -> the ConsumerGroups naming it, listed at most once per interval (the
+        lookups of one moment share one list)."""
+        listing = self._listing
+        if listing is None or (
+            listing.done() and self._clock() - self._listed_at >= self._list_interval_s
+        ):
+            self._listed_at = self._clock()
+            listing = self._listing = asyncio.ensure_future(self._list())
+        try:
+            return await asyncio.shield(listing)
+        except BaseException:
+            if listing.done() and self._listing is listing:
+                self._listing = None  # a failed list is not kept: the next lookup lists
+            raise
+
+    async def _list(self) -> dict[str, list[Mapping[str, Any]]]:
+        claimants: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+        for namespace in self._namespaces or (None,):
+            for body in await self._kube.list(kube_client.CONSUMER_GROUPS, namespace):
+                with contextlib.suppress(KeyError, TypeError):
+                    claimants[group_id_of(body)].append(body)
+        return dict(claimants)
 
 
 async def keep_loading_tokens(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -154,6 +154,71 @@ class KubeClient:
             ]
         return items
 
+    async def list_versioned(self, kind: Kind, namespace: str | None) -> tuple[Sequence[JSON], str]:
+        """Every object of ``kind`` and the list's resourceVersion (to ``watch`` from)."""
+        listing = await self._call("GET", kind.path(namespace))
+        items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
+        version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+        return items, version
+
+    async def watch(
+        self, kind: Kind, namespace: str | None, resource_version: str, timeout_s: int = 300
+    ) -> AsyncIterator[tuple[str, JSON]]:
+        """The changes of ``kind`` after ``resource_version``: (``ADDED``, ``MODIFIED`` or
+        ``DELETED``, the object), until the server ends the watch (after about
+        ``timeout_s``). ``errors.Expired`` when the version is too old (list again); other
+        failures as for every call."""
+        if self._api is None:
+            raise errors.Unreachable("the Kubernetes client is not configured yet (no login)")
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_s),
+            "allowWatchBookmarks": "true",
+        }
+        path = f"{kind.path(namespace)}?{urlencode(query)}"
+        try:
+            response = await self._api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(
+                    total=timeout_s + 30, sock_connect=10, sock_read=timeout_s + 30
+                ),
+            )
+        except (TimeoutError, OSError, aiohttp.ClientError) as error:
+            raise errors.Unreachable(f"GET {path}: {error}") from error
+        try:
+            if response.status == 410:
+                raise errors.Expired(f"GET {path}: HTTP 410 (resourceVersion too old)", 410)
+            if not 200 <= response.status < 300:
+                body = (await response.read()).decode(errors="replace")
+                raise _status_error(response.status, body, "GET", path)
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as error:
+                    raise errors.KubeError(f"GET {path}: a watch event is not JSON") from error
+                kind_of_event = event.get("type") if isinstance(event, dict) else None
+                changed = event.get("object") if isinstance(event, dict) else None
+                if not isinstance(kind_of_event, str) or not isinstance(changed, dict):
+                    raise errors.KubeError(f"GET {path}: a malformed watch event")
+                if kind_of_event == "ERROR":
+                    code = int(changed.get("code") or 0)
+                    message = f"GET {path}: {changed.get('message') or 'watch error'}"
+                    if code == 410:
+                        raise errors.Expired(message, 410)
+                    raise errors.KubeError(message, code)
+                yield kind_of_event, changed
+        except (TimeoutError, OSError, aiohttp.ClientError) as error:
+            raise errors.Unreachable(f"GET {path}: {error}") from error
+        finally:
+            response.release()
+
     async def create(self, kind: Kind, namespace: str | None, body: Mapping[str, Any]) -> JSON:
         return await self._call("POST", kind.path(namespace), body=dict(body))
 
@@ -244,6 +309,13 @@ def _wrap(error: Any, method: str, path: str) -> errors.KubeError:
     detail = str(error.reason or "")
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         detail = json.loads(error.body or "{}").get("message") or detail
+    return _status_error(status, detail, method, path)
+
+
+def _status_error(status: int, detail: str, method: str, path: str) -> errors.KubeError:
+    if detail.startswith("{"):
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
+            detail = json.loads(detail).get("message") or detail
     message = f"{method} {path}: HTTP {status} {detail}".strip()
     if status == 404:
         return errors.NotFound(message, status)

@@ -29,3 +29,7 @@ class Forbidden(KubeError):
 
 class Unreachable(KubeError):
     """The API server did not answer."""
+
+
+class Expired(KubeError):
+    """A watch's resourceVersion is too old (HTTP 410 Gone): list again, then watch."""

@@ -52,7 +52,8 @@ def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime(_MICRO_TIME)
 
 
-def _from_object(raw: dict[str, Any]) -> Lease:
+def from_object(raw: dict[str, Any]) -> Lease:
+    """The Lease of an API object (as read, or as a watch reports it)."""
     metadata = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     duration = spec.get("leaseDurationSeconds")
@@ -88,7 +89,7 @@ def _body(
 async def read(api: kube_client.KubeClient, namespace: str, name: str) -> Lease | None:
     """The Lease ``name``, or None when it does not exist yet."""
     raw = await api.get_or_none(kube_client.LEASES, namespace, name)
-    return None if raw is None else _from_object(raw)
+    return None if raw is None else from_object(raw)
 
 
 async def create(
@@ -108,7 +109,7 @@ async def create(
         "leaseTransitions": 0,
     }
     raw = await api.create(kube_client.LEASES, namespace, _body(namespace, name, spec))
-    return _from_object(raw)
+    return from_object(raw)
 
 
 async def take(
@@ -173,4 +174,4 @@ async def _replace(
         lease.name,
         _body(namespace, lease.name, spec, resource_version=lease.resource_version),
     )
-    return _from_object(raw)
+    return from_object(raw)

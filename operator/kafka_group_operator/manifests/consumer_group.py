@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_group_operator.specs import consumer_group
@@ -47,6 +47,22 @@ GATEWAY_CONTAINER = "kgo-gateway"
 KAFKA_CLIENT_ENV = ("KAFKA_BOOTSTRAP_SERVERS", "KAFKA_GROUP_ID", "KAFKA_GROUP_INSTANCE_ID")
 
 
+# The gateway's requests and limits unless the operator is given others: an idle gateway
+# takes about 50 MB; forwarding takes CPU in proportion to the client's traffic, so no CPU
+# limit throttles it (the request reserves a little for a steady flow).
+GATEWAY_RESOURCES: Mapping[str, Any] = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"memory": "256Mi"},
+}
+# The startup probe's check: a TCP connection to the gateway's port. The gateway listens on
+# loopback only, which the kubelet's own tcpSocket probe (to the pod's IP) cannot reach; a
+# command runs in the pod's network namespace. Python, not ``kgo``: the interpreter alone
+# starts in tens of milliseconds.
+GATEWAY_PROBE = (
+    "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()"
+)
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """What the gateway sidecar needs from the operator's own settings."""
@@ -58,6 +74,8 @@ class GatewaySettings:
     # The loopback port the application bootstraps at.
     port: int = 9092
     image_pull_policy: str = "IfNotPresent"
+    # The sidecar's resources (a Kubernetes ResourceRequirements object).
+    resources: Mapping[str, Any] = field(default_factory=lambda: dict(GATEWAY_RESOURCES))
 
 
 def stateful_set_name(group: consumer_group.ConsumerGroupSpec) -> str:
@@ -280,6 +298,15 @@ def build_gateway_container(
         # An init container that keeps running: Kubernetes' native sidecar (1.29+).
         "restartPolicy": "Always",
         "env": env,
+        # A native sidecar's startup probe holds the application containers back until it
+        # passes: the client's first connection to the gateway finds it listening.
+        "startupProbe": {
+            "exec": {"command": ["python3", "-c", GATEWAY_PROBE, str(gateway.port)]},
+            "periodSeconds": 1,
+            "timeoutSeconds": 5,
+            "failureThreshold": 60,
+        },
+        "resources": copy.deepcopy(dict(gateway.resources)),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -187,16 +187,24 @@ def build_error_status(
     generation: int | None,
     previous_conditions: Sequence[Mapping[str, Any]] | None,
     now: str,
+    group_id: str | None = None,
 ) -> dict[str, Any]:
-    """The status of a group whose spec cannot be honoured (Ready=False, Degraded=True)."""
+    """The status of a group whose spec cannot be honoured (Ready=False, Degraded=True).
+
+    ``group_id``, the id the resource names (its default when ``spec.groupId`` is unset),
+    goes into ``status.groupId`` as for a reconciled group: ``-o wide`` shows which id a
+    refused resource (a second claimant, say) is about."""
     updates = [
         conditions.Condition(conditions.READY, False, error.reason, error.message),
         conditions.Condition(conditions.DEGRADED, True, error.reason, error.message),
     ]
-    return {
-        "observedGeneration": generation,
-        "conditions": conditions.merge_conditions(previous_conditions, updates, generation, now),
-    }
+    status: dict[str, Any] = {"observedGeneration": generation}
+    if group_id is not None:
+        status["groupId"] = group_id
+    status["conditions"] = conditions.merge_conditions(
+        previous_conditions, updates, generation, now
+    )
+    return status
 
 
 def _conditions_for(

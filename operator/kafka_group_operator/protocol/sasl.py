@@ -86,11 +86,12 @@ _LOADING_POLL_S = 0.05
 async def _authorize_once_loaded(
     store: tokens.TokenStore, username: str, password: str, hold_s: float
 ) -> None:
-    """``tokens.authorize``, retried while the store is still loading, for ``hold_s``."""
+    """``tokens.authenticate`` (which fetches a token this replica was not given), retried
+    while the store is still loading, for ``hold_s``."""
     deadline = time.monotonic() + hold_s
     while True:
         try:
-            tokens.authorize(store, username, password)
+            await tokens.authenticate(store, username, password)
             return
         except errors.CoordinatorLoadInProgress:
             if time.monotonic() >= deadline:

@@ -441,6 +441,13 @@ class CoordinatorRuntime:
             if p.state not in (PartitionState.NOT_SERVED, PartitionState.STOPPED)
         ]
 
+    def loading(self, index: int) -> bool:
+        """Whether state partition ``index`` is being taken here: its new writer fencing the
+        previous one, or its state loading. May be called from another thread."""
+        if not self._partitions:
+            return False
+        return self._partitions[index].state is PartitionState.LOADING
+
     def serving(self, index: int) -> bool:
         """Whether state partition ``index`` is taken here (loading or serving)."""
         if not self._partitions:
@@ -471,9 +478,12 @@ class CoordinatorRuntime:
         self._to_acquire.add(index)
         logger.info("taking state partition %d", index)
 
-    def release(self, index: int, reason: str = "its lease was lost") -> None:
+    def release(
+        self, index: int, reason: str = "its lease was lost", *, voluntary: bool = False
+    ) -> None:
         """Stop serving state partition ``index`` at once: everything queued or in flight
-        is answered ``NOT_COORDINATOR``, and so is every later request for its groups."""
+        is answered ``NOT_COORDINATOR``, and so is every later request for its groups.
+        ``voluntary``: given up by choice (a handover), logged at INFO; else at WARNING."""
         if not self._partitions:
             return
         partition = self._partitions[index]
@@ -486,7 +496,12 @@ class CoordinatorRuntime:
         self._to_acquire.discard(index)
         self._to_reload.discard(index)
         self._fail_pending(partition, _released(index))
-        logger.warning("stopped serving state partition %d: %s", index, reason)
+        logger.log(
+            logging.INFO if voluntary else logging.WARNING,
+            "stopped serving state partition %d: %s",
+            index,
+            reason,
+        )
         self._all_loaded_check()
 
     def _detach(self, partition: _Partition) -> None:
