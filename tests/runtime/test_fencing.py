@@ -134,9 +134,9 @@ async def test_a_newer_writer_fences_every_lane_of_the_older_one(
     first.start()
     second.start()
     try:
-        # The first transaction starts the lanes and runs on lane 0; so the next runs on
-        # ``lane`` after ``lane`` more (a whole number of turns added).
-        for offset in range(1 + lane + writer.LANES):
+        # The first transaction starts the lanes and runs on lane 0, the next on lane 1...:
+        # after ``lane`` transactions (and a whole turn more), the next runs on ``lane``.
+        for offset in range(lane + writer.LANES):
             await first.append(0, [_record(offset)])
         await second.append(0, [_record(100)])
         with pytest.raises(runtime_errors.WriterFenced):
