@@ -6,6 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from kio.schema.list_offsets.v7.request import ListOffsetsPartition as ListOffsetsPartitionV7
+from kio.schema.list_offsets.v7.request import ListOffsetsRequest as ListOffsetsV7
+from kio.schema.list_offsets.v7.request import ListOffsetsTopic as ListOffsetsTopicV7
 from kio.schema.offset_commit.v2.request import OffsetCommitRequest as CommitV2
 from kio.schema.offset_commit.v2.request import OffsetCommitRequestPartition as CommitPartitionV2
 from kio.schema.offset_commit.v2.request import OffsetCommitRequestTopic as CommitTopicV2
@@ -26,6 +29,8 @@ from kio.schema.offset_fetch.v8.request import OffsetFetchRequestTopics as Fetch
 from kio.schema.offset_fetch.v10.request import OffsetFetchRequest as FetchV10
 from kio.schema.offset_fetch.v10.request import OffsetFetchRequestGroup as FetchGroupV10
 from kio.schema.offset_fetch.v10.request import OffsetFetchRequestTopics as FetchTopicsV10
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
 
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
@@ -40,6 +45,8 @@ pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
 ILLEGAL_GENERATION = 22
 STALE_MEMBER_EPOCH = 113
 UNKNOWN_TOPIC_ID = 100
+# UNKNOWN_TOPIC_OR_PARTITION(3).
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 def errors_of(response: object) -> list[int]:
@@ -205,3 +212,55 @@ async def test_offsets_of_another_group_are_refused(
         assert errors_of(await connection.call(commit)) == [GROUP_AUTHORIZATION_FAILED]
     finally:
         await connection.close()
+
+
+async def test_list_offsets_answers_the_brokers_log_ends_and_refuses_unknown_partitions(
+    open_listener: protocol_listener.Listener,
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    topic: str,
+) -> None:
+    """ListOffsets (what tools ask their group's coordinator for log ends) is the brokers'
+    answer for the cluster's partitions; a topic the cluster lacks, an empty name or a
+    partition past the count is UNKNOWN_TOPIC_OR_PARTITION and never reaches the brokers (an
+    empty name once closed the connection with an internal error)."""
+    await topic_id(runtime, topic)  # the runtime knows the topic
+    latest = i64(-1)
+    request = ListOffsetsV7(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(1),
+        topics=(
+            ListOffsetsTopicV7(
+                name=TopicName(topic),
+                partitions=tuple(
+                    ListOffsetsPartitionV7(partition_index=i32(p), timestamp=latest)
+                    for p in (0, 2, 3, -1)
+                ),
+            ),
+            ListOffsetsTopicV7(
+                name=TopicName(""),
+                partitions=(ListOffsetsPartitionV7(partition_index=i32(0), timestamp=latest),),
+            ),
+            ListOffsetsTopicV7(
+                name=TopicName(f"absent-{uuid.uuid4().hex[:6]}"),
+                partitions=(ListOffsetsPartitionV7(partition_index=i32(0), timestamp=latest),),
+            ),
+        ),
+    )
+    connection = await Connection.open(open_listener.port)
+    try:
+        response = await connection.call(request)
+    finally:
+        await connection.close()
+    answers = [
+        (t.name, p.partition_index, p.error_code, p.offset)
+        for t in response.topics
+        for p in t.partitions
+    ]
+    # The topic fixture holds 5 messages in each of its 3 partitions.
+    assert answers[:2] == [(topic, 0, 0, 5), (topic, 2, 0, 5)]
+    assert [(name, partition, code) for name, partition, code, _ in answers[2:]] == [
+        (topic, 3, UNKNOWN_TOPIC_OR_PARTITION),
+        (topic, -1, UNKNOWN_TOPIC_OR_PARTITION),
+        ("", 0, UNKNOWN_TOPIC_OR_PARTITION),
+        (answers[-1][0], 0, UNKNOWN_TOPIC_OR_PARTITION),
+    ]

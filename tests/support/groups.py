@@ -47,9 +47,10 @@ async def settle(
 async def running(
     config: coordinator_runtime.RuntimeConfig,
 ) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
-    """A started runtime (its load done), stopped on exit."""
+    """A started runtime (its load done), stopped on exit. The bound is generous: a loaded
+    machine's embedded broker takes long over a state topic with many transactions."""
     runtime = coordinator_runtime.CoordinatorRuntime(config)
-    await asyncio.wait_for(runtime.start(), 60)
+    await asyncio.wait_for(runtime.start(), 180)
     try:
         yield runtime
     finally:

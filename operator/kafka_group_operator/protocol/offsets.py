@@ -355,10 +355,16 @@ FETCH_TRANSLATIONS: Mapping[int, dispatch.Translation] = {
 
 
 async def list_offsets(ctx: dispatch.RequestContext, request: Any) -> Any:
+    # Only partitions the cluster has are asked of the brokers: any other (a topic it does not
+    # have, an empty name, a partition past the count) is UNKNOWN_TOPIC_OR_PARTITION, as a
+    # broker answers it, and never reaches the brokers however many a request names.
+    known = ctx.coordinator.known_topics()
     wanted = {
         (topic.name, partition.partition_index): partition.timestamp
         for topic in request.topics
+        if topic.name in known
         for partition in topic.partitions
+        if 0 <= partition.partition_index < known[topic.name].num_partitions
     }
     read_committed = getattr(request, "isolation_level", 0) == 1
     failure = ErrorCode.none
@@ -368,6 +374,7 @@ async def list_offsets(ctx: dispatch.RequestContext, request: Any) -> Any:
             listed = await ctx.coordinator.list_offsets(wanted, read_committed)
         except errors.CoordinatorError as error:
             failure = dispatch.error_code(error)
+    missing = messages.ListedOffset(error_code=ErrorCode.unknown_topic_or_partition)
     unknown = messages.ListedOffset(error_code=failure or ErrorCode.unknown_server_error)
     topics = tuple(
         ctx.nested(
@@ -383,7 +390,8 @@ async def list_offsets(ctx: dispatch.RequestContext, request: Any) -> Any:
                     leader_epoch=found.leader_epoch,
                 )
                 for partition in topic.partitions
-                for found in (listed.get((topic.name, partition.partition_index), unknown),)
+                for key in ((topic.name, partition.partition_index),)
+                for found in (listed.get(key, unknown) if key in wanted else missing,)
             ),
         )
         for topic in request.topics
