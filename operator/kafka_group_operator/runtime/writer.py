@@ -514,7 +514,7 @@ class _PartitionProducer:
         return errors.WriterFenced(
             self.partition,
             f"state partition {self.partition}: another coordinator's producer took "
-            f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
+            f"{', '.join(transactional_ids(self.topic, self.partition))} ({error.str()})",
         )
 
     def _drop(self) -> None:
