@@ -505,7 +505,9 @@ async def _heartbeat_without_metrics(
     """``CoordinatorRuntime.heartbeat`` without its metric lines: the same queue, shard and
     reply, the peer that shows what the metrics cost."""
     response: messages.HeartbeatResponse = await runtime._write(
-        request.group_id, lambda s, now: s.heartbeat(request, now)
+        request.group_id,
+        lambda s, now: s.heartbeat(request, now),
+        skip_queue_if_unwritten=True,
     )
     return response
 
