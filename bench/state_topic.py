@@ -35,6 +35,9 @@ time <= 1.3x the raw read; <= 300 bytes per live key.
 
 Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller;
 ``--heartbeat-only`` runs the runtime heartbeat alone and replaces that section of the file.
+``--partitions-sweep`` runs ours against native OffsetCommit at 100 committers with the
+state topic in 50, 10 and 5 partitions (more commits per transaction as they shrink), on
+Apache Kafka's one node unless ``--broker=`` names others, into that broker's section.
 """
 
 from __future__ import annotations
@@ -496,6 +499,72 @@ def _cpu_bound(at_most: dict[str, Any], lanes: int) -> dict[str, Any]:
     }
 
 
+SWEEP_PARTITIONS = (50, 10, 5)
+
+
+async def state_partitions_sweep(
+    bootstrap: str, round_s: float, rounds: int, replicas: int, broker_pids: list[int]
+) -> dict[str, Any]:
+    """Ours against native OffsetCommit at 100 committers, with the state topic split into 50,
+    10 and 5 partitions: fewer partitions put more of the waiting commits into each
+    transaction, which shows what a transaction spanning more commits (one per process rather
+    than per partition) would buy. The partition counts' order turns from round to round, as
+    the peers' does, so that neither the brokers' warming up nor the machine's load favours one."""
+    meter = _Meter(broker_pids)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("bench-sweep", 1, replicas)])["bench-sweep"].result(30)
+    runtimes: dict[int, coordinator_runtime.CoordinatorRuntime] = {}
+    n = CONCURRENCY[-1]
+    samples: dict[int, dict[str, list[_Sample]]] = {
+        count: {"ours": [], "native_offset_commit": []} for count in SWEEP_PARTITIONS
+    }
+    try:
+        for count in SWEEP_PARTITIONS:
+            runtime = coordinator_runtime.CoordinatorRuntime(
+                coordinator_runtime.RuntimeConfig(
+                    bootstrap,
+                    topic=f"bench-sweep-{count}-state",
+                    partitions=count,
+                    replication_factor=replicas,
+                    min_insync_replicas=_min_insync(replicas),
+                )
+            )
+            runtimes[count] = runtime
+            await runtime.start()
+            await _ours(runtime, n, 0.5)  # warm up: groups created, connections open
+        for index in range(rounds):
+            turn = index % len(SWEEP_PARTITIONS)
+            for count in SWEEP_PARTITIONS[turn:] + SWEEP_PARTITIONS[:turn]:
+                runtime = runtimes[count]
+                appends = _appends(runtime)
+                sample = await _ours(runtime, n, round_s, meter)
+                sample.transactions = _appends(runtime) - appends
+                samples[count]["ours"].append(sample)
+                samples[count]["native_offset_commit"].append(
+                    await asyncio.to_thread(_native, bootstrap, "bench-sweep", n, round_s, meter)
+                )
+    finally:
+        for runtime in runtimes.values():
+            await runtime.stop()
+    results: dict[str, Any] = {"committers": n}
+    for count in SWEEP_PARTITIONS:
+        ours = _pooled(samples[count]["ours"])
+        native = _pooled(samples[count]["native_offset_commit"])
+        results[str(count)] = {
+            "ours": ours,
+            "native_offset_commit": native,
+            "throughput_vs_native": round(ours["throughput_per_s"] / native["throughput_per_s"], 2),
+        }
+        print(
+            f"  {count:>2} state partitions: ours {ours['throughput_per_s']}/s "
+            f"({ours.get('commits_per_transaction')} per transaction, p99 {ours['p99_ms']} ms), "
+            f"native {native['throughput_per_s']}/s: "
+            f"{results[str(count)]['throughput_vs_native']}x",
+            flush=True,
+        )
+    return results
+
+
 # ------------------------------------------------------------------------ runtime heartbeat
 
 
@@ -859,6 +928,27 @@ async def run_heartbeat_only() -> dict[str, Any]:
     return previous
 
 
+async def run_sweep_only(kinds: list[str], quick: bool) -> dict[str, Any]:
+    """The state-partition sweep alone (``--partitions-sweep``, on Apache Kafka's one node
+    unless ``--broker=`` says otherwise), into the last full run's results."""
+    previous: dict[str, Any] = (
+        json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
+    )
+    round_s, rounds = (1.0, 3) if quick else (2.0, 3)
+    for kind in kinds:
+        replicas = min(SIZES.get(kind, 1), 3)
+        load_before = os.getloadavg()
+        with _running(kind) as (bootstrap, description, pids):
+            print(f"{kind}: {description}; load average {load_before}", flush=True)
+            sweep = await state_partitions_sweep(bootstrap, round_s, rounds, replicas, pids)
+        sweep["load_average_before"] = [round(x, 2) for x in load_before]
+        sweep["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        sweep["run"] = "python -m bench state_topic --partitions-sweep (after the full run)"
+        broker = previous.setdefault("brokers", {}).setdefault(kind, {"broker": description})
+        broker["state_partitions_sweep"] = sweep
+    return previous
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     kinds = [arg.removeprefix("--broker=") for arg in argv if arg.startswith("--broker=")]
@@ -868,6 +958,8 @@ def main(argv: list[str]) -> int:
         return 2
     if "--heartbeat-only" in argv:
         result = asyncio.run(run_heartbeat_only())
+    elif "--partitions-sweep" in argv:
+        result = asyncio.run(run_sweep_only(kinds or ["kafka"], quick))
     else:
         result = asyncio.run(run(quick, kinds or list(BROKERS)))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
