@@ -1,48 +1,61 @@
 """State-topic benchmarks: our commit path and start-up load against Kafka-native peers.
 
 * **commit path**: N concurrent committers (1, 10, 100), each committing its own group's
-  offset again and again for a fixed time. Ours goes through ``CoordinatorRuntime``
-  (validate, one transaction per batch of queued commits on the partition's fenced
-  transactional producer, replay, reply). Peers on the same broker in the same run: the
-  broker's own OffsetCommit (a confluent-kafka ``Consumer`` with a ``group.id`` per
-  committer, ``commit(asynchronous=False)``, one thread each), a plain ``acks=all`` produce
-  of one record per request with N in flight (the floor any durable commit pays), and a
-  transactional produce of one record per transaction, one transactional producer per state
-  partition as ours has, min(N, 50) in flight (the floor any fenced write pays).
-* **runtime heartbeat**: a steady heartbeat (one member, nothing changes, nothing written)
-  through ``CoordinatorRuntime.heartbeat`` (the partition's queue, the shard, the reply, the
-  metrics), against the same runtime's heartbeat path without its metric lines and against
-  the same heartbeat handled by the shard alone, interleaved in the same run: the metrics'
-  cost per heartbeat, and the runtime's own.
+  offset again and again. Ours goes through ``CoordinatorRuntime`` (validate, one
+  transaction per batch of queued commits on the partition's fenced transactional producers,
+  replay, reply). Peers on the same broker in the same run: the broker's own OffsetCommit (a
+  confluent-kafka ``Consumer`` with a ``group.id`` per committer,
+  ``commit(asynchronous=False)``, one thread each), a plain ``acks=all`` produce of one
+  record per request with N in flight (the floor any durable commit pays), and a
+  transactional produce of one record per transaction, min(N, 50) in flight, on one
+  transactional producer per state partition and on as many lanes as ours (the floor any
+  fenced write pays). Each peer runs several rounds, the peers' order turning from round to
+  round, so that the shared machine's changing load weighs on all of them alike; beside the
+  rates, the CPU time each operation cost the brokers and the client (``cpu_bound``: what that
+  CPU allows at 100 committers).
+* **runtime heartbeat** (tansu): a steady heartbeat (one member, nothing changes, nothing
+  written) through ``CoordinatorRuntime.heartbeat`` (the partition's queue, the shard, the
+  reply, the metrics), against the same runtime's heartbeat path without its metric lines
+  and against the same heartbeat handled by the shard alone, interleaved in the same run:
+  the metrics' cost per heartbeat, and the runtime's own.
 * **start-up load**: a state topic of 50 partitions holding 1,000,000 offset-commit records
-  over 100,000 live keys (each key committed 10 times), loaded by a new runtime (marker,
-  read, compaction, decode, replay into the shards), against a plain confluent-kafka
+  over 100,000 live keys (each key committed 10 times), loaded by a new runtime (fencing,
+  marker, read, compaction, decode, replay into the shards), against a plain confluent-kafka
   consumer reading the same topic end to end. Memory per live key is the traced allocation
   growth of a second, traced load (``tracemalloc``), divided by the live keys.
 
-Targets (issue 3, kept by issue 9 with fencing on): commit throughput at 100 committers
->= 1.0x native; commit p99 <= 2x the plain produce p99; load time <= 1.3x the raw read;
-<= 300 bytes per live key.
+Every figure is taken on each broker in turn, in one run: tansu (embedded, in-memory),
+Apache Kafka on one node, and Apache Kafka on three nodes with every topic replicated three
+ways (``min.insync.replicas=2``); ``--broker=tansu|kafka|kafka-3`` (repeatable) runs only
+those. The machine's load average is recorded before and after each broker.
+
+Targets (issue 3, kept by issue 9 with fencing on, and on Apache Kafka by issue 20): commit
+throughput at 100 committers >= 1.0x native; commit p99 <= 2x the plain produce p99; load
+time <= 1.3x the raw read; <= 300 bytes per live key.
 
 Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller;
 ``--heartbeat-only`` runs the runtime heartbeat alone and replaces that section of the file.
-``--broker=kafka`` (one Apache Kafka node) and ``--broker=kafka-3`` (three, every topic
-replicated three ways with ``min.insync.replicas=2``) run the commit path and the start-up
-load on Apache Kafka instead, into ``state_topic-kafka.json`` / ``state_topic-kafka-3.json``.
+``--partitions-sweep`` runs ours against native OffsetCommit at 100 committers with the
+state topic in 50, 10 and 5 partitions (more commits per transaction as they shrink), on
+Apache Kafka's one node unless ``--broker=`` names others, into that broker's section.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import platform
+import resource
 import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +65,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka_group_operator.coordinator import messages
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.embedded import kafka
-from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.runtime import coordinator_runtime, writer
 from kafka_group_operator.runtime import metrics as runtime_metrics
 from kafka_group_records import codec, partitioning, records
 
@@ -83,9 +96,91 @@ def _summary(latencies_s: list[float], elapsed_s: float) -> dict[str, float]:
 # ----------------------------------------------------------------------------- commit path
 
 
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) a process used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class _Sample:
+    """One timed run of one peer: its latencies, and what it cost the machine meanwhile."""
+
+    latencies: list[float]
+    elapsed_s: float
+    broker_cpu_s: float
+    client_cpu_s: float
+    load_1m: tuple[float, float]
+    transactions: int = 0  # ours: transactions the writer committed
+
+
+class _Meter:
+    """Measures the broker processes' CPU time, this process's, and the machine's load
+    around the timed part of a peer's run. CPU time per operation is what a run on a loaded
+    machine changes least: it does not count the time other processes took the cores."""
+
+    def __init__(self, broker_pids: list[int]) -> None:
+        self.broker_pids = broker_pids
+        self._at: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+
+    def _broker_cpu_s(self) -> float:
+        return sum(_process_cpu_s(pid) for pid in self.broker_pids)
+
+    def start(self) -> None:
+        self._at = (time.perf_counter(), self._broker_cpu_s(), _own_cpu_s(), os.getloadavg()[0])
+
+    def stop(self, latencies: list[float]) -> _Sample:
+        started, broker, own, load = self._at
+        return _Sample(
+            latencies,
+            time.perf_counter() - started,
+            self._broker_cpu_s() - broker,
+            _own_cpu_s() - own,
+            (round(load, 2), round(os.getloadavg()[0], 2)),
+        )
+
+
+def _pooled(samples: list[_Sample]) -> dict[str, Any]:
+    """A peer's rounds as one figure: every latency, over the rounds' total time."""
+    latencies = [x for sample in samples for x in sample.latencies]
+    elapsed = sum(sample.elapsed_s for sample in samples)
+    operations = max(1, len(latencies))
+    broker = sum(sample.broker_cpu_s for sample in samples)
+    client = sum(sample.client_cpu_s for sample in samples)
+    summary: dict[str, Any] = {
+        **_summary(latencies, elapsed),
+        "cpu_ms_per_operation": {
+            "broker": round(broker * 1000 / operations, 3),
+            "client": round(client * 1000 / operations, 3),
+            "total": round((broker + client) * 1000 / operations, 3),
+        },
+        "cores_busy": round((broker + client) / elapsed, 2),
+        "load_1m_per_round": [list(sample.load_1m) for sample in samples],
+    }
+    transactions = sum(sample.transactions for sample in samples)
+    if transactions:
+        summary["transactions"] = transactions
+        summary["commits_per_transaction"] = round(len(latencies) / transactions, 2)
+    return summary
+
+
+def _appends(runtime: coordinator_runtime.CoordinatorRuntime) -> int:
+    """Transactions the runtime's writer committed so far (its append histogram's count)."""
+    return sum(runtime.metrics.append_seconds.counts)
+
+
 async def _ours(
-    runtime: coordinator_runtime.CoordinatorRuntime, n: int, duration_s: float
-) -> dict[str, float]:
+    runtime: coordinator_runtime.CoordinatorRuntime,
+    n: int,
+    duration_s: float,
+    meter: _Meter | None = None,
+) -> _Sample:
     latencies: list[float] = []
     deadline = time.perf_counter() + duration_s
 
@@ -101,23 +196,26 @@ async def _ours(
             await runtime.commit_offsets(request)
             latencies.append(time.perf_counter() - started)
 
-    started = time.perf_counter()
+    meter = meter or _Meter([])
+    appends = _appends(runtime)
+    meter.start()
     await asyncio.gather(*(committer(index) for index in range(n)))
-    return _summary(latencies, time.perf_counter() - started)
+    sample = meter.stop(latencies)
+    sample.transactions = _appends(runtime) - appends
+    return sample
 
 
-def _threads(n: int, work: Callable[[int, list[float]], None]) -> tuple[list[float], float]:
+def _threads(n: int, work: Callable[[int, list[float]], None]) -> list[float]:
     latencies: list[list[float]] = [[] for _ in range(n)]
     threads = [threading.Thread(target=work, args=(i, latencies[i])) for i in range(n)]
-    started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return [x for chunk in latencies for x in chunk], time.perf_counter() - started
+    return [x for chunk in latencies for x in chunk]
 
 
-def _native(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, float]:
+def _native(bootstrap: str, topic: str, n: int, duration_s: float, meter: _Meter) -> _Sample:
     consumers = [
         Consumer(
             {
@@ -130,24 +228,39 @@ def _native(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, 
     ]
     for consumer in consumers:  # find the group coordinators before timing
         consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
-    barrier = threading.Barrier(n)
+    barrier = threading.Barrier(n + 1)
+    offsets = [0] * n
 
     def work(index: int, latencies: list[float]) -> None:
-        consumer, offset = consumers[index], 0
+        consumer = consumers[index]
         barrier.wait()
         deadline = time.perf_counter() + duration_s
         while time.perf_counter() < deadline:
-            offset += 1
+            offsets[index] += 1
             started = time.perf_counter()
-            consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+            consumer.commit(offsets=[TopicPartition(topic, 0, offsets[index])], asynchronous=False)
             latencies.append(time.perf_counter() - started)
 
     try:
-        latencies, elapsed = _threads(n, work)
+        sample = _timed_threads(n, work, barrier, meter)
     finally:
         for consumer in consumers:
             consumer.close()
-    return _summary(latencies, elapsed)
+    return sample
+
+
+def _timed_threads(
+    n: int, work: Callable[[int, list[float]], None], barrier: threading.Barrier, meter: _Meter
+) -> _Sample:
+    """``work`` on ``n`` threads that start together at ``barrier`` (its last party is this
+    thread, which starts the meter then); measured until the last one ends."""
+    result: list[list[float]] = []
+    runner = threading.Thread(target=lambda: result.append(_threads(n, work)))
+    runner.start()
+    barrier.wait()
+    meter.start()
+    runner.join()
+    return meter.stop(result[0])
 
 
 def _resolver(
@@ -161,7 +274,9 @@ def _resolver(
     return delivered
 
 
-async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) -> dict[str, float]:
+async def _plain_produce(
+    bootstrap: str, topic: str, n: int, duration_s: float, meter: _Meter
+) -> _Sample:
     """N tasks, each producing one record and awaiting its acks=all delivery, in a loop."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 1}
@@ -197,53 +312,96 @@ async def _plain_produce(bootstrap: str, topic: str, n: int, duration_s: float) 
         warm_until = time.perf_counter() + 0.5
         await asyncio.gather(*(one(index, warm_until) for index in range(n)))
         latencies.clear()
-        started = time.perf_counter()
-        deadline = started + duration_s
+        meter.start()
+        deadline = time.perf_counter() + duration_s
         await asyncio.gather(*(one(index, deadline) for index in range(n)))
+        sample = meter.stop(latencies)
     finally:
         stopping.set()
         poller.join()
         producer.flush(10)
-    return _summary(latencies, time.perf_counter() - started)
+    return sample
 
 
 def _transactional_produce(
-    bootstrap: str, topic: str, n: int, duration_s: float
-) -> dict[str, float]:
+    bootstrap: str, topic: str, n: int, duration_s: float, meter: _Meter, lanes: int = 1
+) -> _Sample:
     """min(N, partitions) threads, each committing one record per transaction on its own
-    partition's transactional producer."""
+    partition's transactional producers (``lanes`` of them, used in turn, as ours)."""
     workers = min(n, STATE_PARTITIONS)
     producers = [
-        Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "transactional.id": f"{topic}.{index}.bench",
-                "linger.ms": 0,
-                "socket.nagle.disable": True,
-            }
-        )
+        [
+            Producer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "transactional.id": f"{topic}.{index}.bench.{lane}",
+                    "linger.ms": 0,
+                    "socket.nagle.disable": True,
+                }
+            )
+            for lane in range(lanes)
+        ]
         for index in range(workers)
     ]
-    for producer in producers:
-        producer.init_transactions(30)
-    barrier = threading.Barrier(workers)
+    for own in producers:
+        for producer in own:
+            producer.init_transactions(30)
+    barrier = threading.Barrier(workers + 1)
 
     def work(index: int, latencies: list[float]) -> None:
-        producer = producers[index]
+        own, turn = producers[index], 0
         barrier.wait()
         deadline = time.perf_counter() + duration_s
         while time.perf_counter() < deadline:
+            producer = own[turn % lanes]
+            turn += 1
             started = time.perf_counter()
             producer.begin_transaction()
             producer.produce(topic, b"x" * 40, f"bench-txn-{index}".encode(), partition=index)
             producer.commit_transaction(30)
             latencies.append(time.perf_counter() - started)
 
-    latencies, elapsed = _threads(workers, work)
-    return _summary(latencies, elapsed)
+    return _timed_threads(workers, work, barrier, meter)
 
 
-async def commit_path(bootstrap: str, duration_s: float, replicas: int = 1) -> dict[str, Any]:
+def _empty_transactions(bootstrap: str, duration_s: float, meter: _Meter) -> _Sample:
+    """One transactional producer beginning and committing transactions with nothing in
+    them, one after the other: librdkafka sends the broker nothing for those."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"bench-empty-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    latencies: list[float] = []
+    meter.start()
+    deadline = time.perf_counter() + duration_s
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        producer.begin_transaction()
+        producer.commit_transaction(30)
+        latencies.append(time.perf_counter() - started)
+    return meter.stop(latencies)
+
+
+PEERS = (
+    "ours",
+    "native_offset_commit",
+    "plain_produce_acks_all",
+    "transactional_produce",
+    "transactional_produce_lanes",
+)
+
+
+async def commit_path(
+    bootstrap: str,
+    round_s: float,
+    rounds: int,
+    replicas: int = 1,
+    broker_pids: list[int] | None = None,
+) -> dict[str, Any]:
+    """Every peer at 1, 10 and 100 committers: ``rounds`` rounds of ``round_s`` each, the
+    peers' order turning from round to round, so that the machine's load changing during
+    the run weighs on all of them alike."""
+    meter = _Meter(broker_pids or [])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics(
         [NewTopic("bench", 1, replicas), NewTopic("bench-plain", STATE_PARTITIONS, replicas)]
@@ -258,20 +416,40 @@ async def commit_path(bootstrap: str, duration_s: float, replicas: int = 1) -> d
     runtime = coordinator_runtime.CoordinatorRuntime(config)
     await runtime.start()
     results: dict[str, Any] = {}
+    lanes = writer.LANES
+
+    async def run(peer: str, n: int) -> _Sample:
+        if peer == "ours":
+            return await _ours(runtime, n, round_s, meter)
+        if peer == "native_offset_commit":
+            return await asyncio.to_thread(_native, bootstrap, "bench", n, round_s, meter)
+        if peer == "plain_produce_acks_all":
+            return await _plain_produce(bootstrap, "bench-plain", n, round_s, meter)
+        return await asyncio.to_thread(
+            _transactional_produce,
+            bootstrap,
+            "bench-plain",
+            n,
+            round_s,
+            meter,
+            lanes if peer == "transactional_produce_lanes" else 1,
+        )
+
     try:
+        empty = await asyncio.to_thread(_empty_transactions, bootstrap, min(round_s, 1.0), meter)
+        results["empty_transaction"] = _pooled([empty])
         for n in CONCURRENCY:
             await _ours(runtime, n, 0.5)  # warm up: groups created, connections open
-            ours = await _ours(runtime, n, duration_s)
-            native = await asyncio.to_thread(_native, bootstrap, "bench", n, duration_s)
-            plain = await _plain_produce(bootstrap, "bench-plain", n, duration_s)
-            fenced = await asyncio.to_thread(
-                _transactional_produce, bootstrap, "bench-plain", n, duration_s
-            )
+            samples: dict[str, list[_Sample]] = {peer: [] for peer in PEERS}
+            for index in range(rounds):
+                turn = index % len(PEERS)
+                for peer in PEERS[turn:] + PEERS[:turn]:
+                    samples[peer].append(await run(peer, n))
+            figures = {peer: _pooled(samples[peer]) for peer in PEERS}
+            ours, native, plain = (figures[p] for p in PEERS[:3])
+            fenced, laned = figures["transactional_produce"], figures[PEERS[4]]
             results[str(n)] = {
-                "ours": ours,
-                "native_offset_commit": native,
-                "plain_produce_acks_all": plain,
-                "transactional_produce": fenced,
+                **figures,
                 "throughput_vs_native": round(
                     ours["throughput_per_s"] / native["throughput_per_s"], 2
                 ),
@@ -279,10 +457,111 @@ async def commit_path(bootstrap: str, duration_s: float, replicas: int = 1) -> d
                 "throughput_vs_transactional_produce": round(
                     ours["throughput_per_s"] / fenced["throughput_per_s"], 2
                 ),
+                "throughput_vs_transactional_produce_lanes": round(
+                    ours["throughput_per_s"] / laned["throughput_per_s"], 2
+                ),
             }
-            print(f"  {n:>3} committers: {json.dumps(results[str(n)])}", flush=True)
+            brief = {
+                peer: {k: figures[peer][k] for k in ("throughput_per_s", "p50_ms", "p99_ms")}
+                for peer in PEERS
+            }
+            ratios = {k: v for k, v in results[str(n)].items() if k not in PEERS}
+            print(f"  {n:>3} committers: {json.dumps(brief)} {json.dumps(ratios)}", flush=True)
     finally:
         await runtime.stop()
+    results["cpu_bound"] = _cpu_bound(results[str(CONCURRENCY[-1])], lanes)
+    return results
+
+
+def _cpu_bound(at_most: dict[str, Any], lanes: int) -> dict[str, Any]:
+    """What the CPU each operation costs allows at the highest concurrency, where every
+    peer keeps the machine's cores busy: throughput is then about the cores divided by the
+    CPU time per operation. A fenced commit costs the broker at least its share of one
+    transaction (the one-record transactional produce's broker CPU, divided by the commits
+    a transaction of ours carried); if that alone exceeds all the CPU a native commit costs
+    (broker and client), no client-side work can bring ours to the native throughput."""
+    native = at_most["native_offset_commit"]["cpu_ms_per_operation"]["total"]
+    transaction = at_most["transactional_produce_lanes"]["cpu_ms_per_operation"]["broker"]
+    ours = at_most["ours"]
+    per_transaction = ours.get("commits_per_transaction", 1.0)
+    broker_floor = transaction / per_transaction
+    return {
+        "lanes": lanes,
+        "native_cpu_ms_per_commit": native,
+        "ours_cpu_ms_per_commit": ours["cpu_ms_per_operation"],
+        "one_record_transaction_broker_cpu_ms": transaction,
+        "ours_commits_per_transaction": per_transaction,
+        "ours_broker_cpu_floor_ms_per_commit": round(broker_floor, 3),
+        "best_throughput_vs_native_with_a_free_client": round(native / broker_floor, 2),
+        "throughput_vs_native_as_cpu_predicts": round(
+            native / ours["cpu_ms_per_operation"]["total"], 2
+        ),
+    }
+
+
+SWEEP_PARTITIONS = (50, 10, 5)
+
+
+async def state_partitions_sweep(
+    bootstrap: str, round_s: float, rounds: int, replicas: int, broker_pids: list[int]
+) -> dict[str, Any]:
+    """Ours against native OffsetCommit at 100 committers, with the state topic split into 50,
+    10 and 5 partitions: fewer partitions put more of the waiting commits into each
+    transaction, which shows what a transaction spanning more commits (one per process rather
+    than per partition) would buy. The partition counts' order turns from round to round, as
+    the peers' does, so that neither the brokers' warming up nor the machine's load favours one."""
+    meter = _Meter(broker_pids)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("bench-sweep", 1, replicas)])["bench-sweep"].result(30)
+    runtimes: dict[int, coordinator_runtime.CoordinatorRuntime] = {}
+    n = CONCURRENCY[-1]
+    samples: dict[int, dict[str, list[_Sample]]] = {
+        count: {"ours": [], "native_offset_commit": []} for count in SWEEP_PARTITIONS
+    }
+    try:
+        for count in SWEEP_PARTITIONS:
+            runtime = coordinator_runtime.CoordinatorRuntime(
+                coordinator_runtime.RuntimeConfig(
+                    bootstrap,
+                    topic=f"bench-sweep-{count}-state",
+                    partitions=count,
+                    replication_factor=replicas,
+                    min_insync_replicas=_min_insync(replicas),
+                )
+            )
+            runtimes[count] = runtime
+            await runtime.start()
+            await _ours(runtime, n, 0.5)  # warm up: groups created, connections open
+        for index in range(rounds):
+            turn = index % len(SWEEP_PARTITIONS)
+            for count in SWEEP_PARTITIONS[turn:] + SWEEP_PARTITIONS[:turn]:
+                runtime = runtimes[count]
+                appends = _appends(runtime)
+                sample = await _ours(runtime, n, round_s, meter)
+                sample.transactions = _appends(runtime) - appends
+                samples[count]["ours"].append(sample)
+                samples[count]["native_offset_commit"].append(
+                    await asyncio.to_thread(_native, bootstrap, "bench-sweep", n, round_s, meter)
+                )
+    finally:
+        for runtime in runtimes.values():
+            await runtime.stop()
+    results: dict[str, Any] = {"committers": n}
+    for count in SWEEP_PARTITIONS:
+        ours = _pooled(samples[count]["ours"])
+        native = _pooled(samples[count]["native_offset_commit"])
+        results[str(count)] = {
+            "ours": ours,
+            "native_offset_commit": native,
+            "throughput_vs_native": round(ours["throughput_per_s"] / native["throughput_per_s"], 2),
+        }
+        print(
+            f"  {count:>2} state partitions: ours {ours['throughput_per_s']}/s "
+            f"({ours.get('commits_per_transaction')} per transaction, p99 {ours['p99_ms']} ms), "
+            f"native {native['throughput_per_s']}/s: "
+            f"{results[str(count)]['throughput_vs_native']}x",
+            flush=True,
+        )
     return results
 
 
@@ -295,7 +574,9 @@ async def _heartbeat_without_metrics(
     """``CoordinatorRuntime.heartbeat`` without its metric lines: the same queue, shard and
     reply, the peer that shows what the metrics cost."""
     response: messages.HeartbeatResponse = await runtime._write(
-        request.group_id, lambda s, now: s.heartbeat(request, now)
+        request.group_id,
+        lambda s, now: s.heartbeat(request, now),
+        skip_queue_if_unwritten=True,
     )
     return response
 
@@ -529,19 +810,80 @@ async def startup_load(bootstrap: str, total: int, live: int, replicas: int = 1)
 
 # -------------------------------------------------------------------------------------- main
 
+# The brokers one run measures, one after the other (never two at once: they would share
+# the cores): tansu, Apache Kafka on one node, and on three with replication factor 3.
+BROKERS = ("tansu", "kafka", "kafka-3")
+SIZES = {"kafka": 1, "kafka-3": 3}
 
-async def run(quick: bool) -> dict[str, Any]:
-    with embedded.running_broker() as broker:
+
+@contextlib.contextmanager
+def _running(kind: str) -> Iterator[tuple[str, str, list[int]]]:
+    """The broker ``kind`` started: its bootstrap, its description and its processes' ids.
+    Apache Kafka runs with its full compiler and a 1 GiB heap per node."""
+    if kind == "tansu":
+        with embedded.running_broker() as broker:
+            assert broker.process is not None
+            yield broker.bootstrap, "tansu (embedded, in-memory storage)", [broker.process.pid]
+        return
+    size = SIZES[kind]
+    replicas = min(size, 3)
+    with kafka.running_kafka(size, fast=False, heap_mb=1024) as cluster:
+        pids = [node.process.pid for node in cluster.nodes if node.process is not None]
+        yield (
+            cluster.bootstrap,
+            f"Apache Kafka {kafka.KAFKA_VERSION} (KRaft, {size} node(s), replication factor "
+            f"{replicas}, min.insync.replicas {_min_insync(replicas)})",
+            pids,
+        )
+
+
+async def _one_broker(kind: str, quick: bool) -> dict[str, Any]:
+    """Every figure on one broker, its peers measured beside ours on that broker."""
+    replicas = min(SIZES.get(kind, 1), 3)
+    load_before = os.getloadavg()
+    round_s, rounds = (1.0, 2) if quick else (2.0, 3)
+    result: dict[str, Any] = {}
+    with _running(kind) as (bootstrap, description, pids):
+        print(f"{kind}: {description}; load average {load_before}", flush=True)
         print("commit path", flush=True)
-        commit = await commit_path(broker.bootstrap, 1.0 if quick else 4.0)
-        print("runtime heartbeat", flush=True)
-        heartbeat = await runtime_heartbeat(broker.bootstrap)
-        print(f"  {json.dumps(heartbeat)}", flush=True)
+        commit = await commit_path(bootstrap, round_s, rounds, replicas, pids)
+        if kind == "tansu":
+            print("runtime heartbeat", flush=True)
+            heartbeat = await runtime_heartbeat(bootstrap)
+            print(f"  {json.dumps(heartbeat)}", flush=True)
+            result["runtime_heartbeat"] = heartbeat
         print("start-up load", flush=True)
         total, live = (100_000, 10_000) if quick else (1_000_000, 100_000)
-        load = await startup_load(broker.bootstrap, total, live)
+        load = await startup_load(bootstrap, total, live, replicas)
         print(f"  {json.dumps(load)}", flush=True)
-    at_100 = commit[str(CONCURRENCY[-1])]
+    at_most = commit[str(CONCURRENCY[-1])]
+    targets: dict[str, Any] = {
+        "throughput_vs_native_at_100": {
+            "target": ">= 1.0",
+            "measured": at_most["throughput_vs_native"],
+        },
+        "p99_vs_plain_produce": {
+            "target": "<= 2.0",
+            "measured": {str(n): commit[str(n)]["p99_vs_plain_produce"] for n in CONCURRENCY},
+        },
+        "load_vs_raw_read": {"target": "<= 1.3", "measured": load["load_vs_raw_read"]},
+        "bytes_per_live_key": {"target": "<= 300", "measured": load["bytes_per_live_key"]},
+    }
+    if "runtime_heartbeat" in result:
+        targets["metrics_cost_per_heartbeat"] = _metrics_target(result["runtime_heartbeat"])
+    return {
+        "broker": description,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "commit_path": commit,
+        **result,
+        "startup_load": load,
+        "targets": targets,
+    }
+
+
+async def run(quick: bool, kinds: list[str]) -> dict[str, Any]:
+    brokers = {kind: await _one_broker(kind, quick) for kind in kinds}
     return {
         "benchmark": "state_topic",
         "quick": quick,
@@ -549,23 +891,18 @@ async def run(quick: bool) -> dict[str, Any]:
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
+            "note": "shared with other work: the load average is given per broker",
         },
-        "broker": "tansu (embedded, in-memory storage)",
-        "commit_path": commit,
-        "runtime_heartbeat": heartbeat,
-        "startup_load": load,
-        "targets": {
-            "throughput_vs_native_at_100": {
-                "target": ">= 1.0",
-                "measured": at_100["throughput_vs_native"],
-            },
-            "p99_vs_plain_produce": {
-                "target": "<= 2.0",
-                "measured": {n: commit[n]["p99_vs_plain_produce"] for n in commit},
-            },
-            "load_vs_raw_read": {"target": "<= 1.3", "measured": load["load_vs_raw_read"]},
-            "bytes_per_live_key": {"target": "<= 300", "measured": load["bytes_per_live_key"]},
-            "metrics_cost_per_heartbeat": _metrics_target(heartbeat),
+        "writer_lanes": writer.LANES,
+        "brokers": brokers,
+        "targets_side_by_side": {
+            name: {kind: brokers[kind]["targets"][name]["measured"] for kind in kinds}
+            for name in (
+                "throughput_vs_native_at_100",
+                "p99_vs_plain_produce",
+                "load_vs_raw_read",
+                "bytes_per_live_key",
+            )
         },
     }
 
@@ -576,8 +913,8 @@ def _metrics_target(heartbeat: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run_heartbeat_only() -> dict[str, Any]:
-    """The runtime heartbeat alone (``--heartbeat-only``), into the last full run's results:
-    the figure the metrics' cost is judged on, without the minutes of the load."""
+    """The runtime heartbeat alone (``--heartbeat-only``, on tansu), into the last full run's
+    results: the figure the metrics' cost is judged on, without the minutes of the rest."""
     previous: dict[str, Any] = (
         json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
     )
@@ -585,87 +922,49 @@ async def run_heartbeat_only() -> dict[str, Any]:
         heartbeat = await runtime_heartbeat(broker.bootstrap, rounds=60)
     print(f"  {json.dumps(heartbeat)}", flush=True)
     heartbeat["run"] = "python -m bench state_topic --heartbeat-only (after the full run)"
-    targets = {
-        **previous.get("targets", {}),
-        "metrics_cost_per_heartbeat": _metrics_target(heartbeat),
-    }
-    return {**previous, "runtime_heartbeat": heartbeat, "targets": targets}
+    tansu = previous.setdefault("brokers", {}).setdefault("tansu", {})
+    tansu["runtime_heartbeat"] = heartbeat
+    tansu.setdefault("targets", {})["metrics_cost_per_heartbeat"] = _metrics_target(heartbeat)
+    return previous
 
 
-async def run_on_kafka(quick: bool, size: int) -> dict[str, Any]:
-    """The commit path and the start-up load on Apache Kafka: one node, or three with the
-    state topic (and every peer's topic) replicated three ways, ``min.insync.replicas=2``.
-    The JVM runs with its full compiler and a 1 GiB heap; the tansu figures beside them are
-    those of the last ``state_topic.json``."""
-    replicas = min(size, 3)
-    load_before = os.getloadavg()
-    with kafka.running_kafka(size, fast=False, heap_mb=1024) as cluster:
-        print(f"commit path on Apache Kafka ({size} node(s))", flush=True)
-        commit = await commit_path(cluster.bootstrap, 1.0 if quick else 4.0, replicas)
-        print("start-up load", flush=True)
-        total, live = (100_000, 10_000) if quick else (1_000_000, 100_000)
-        load = await startup_load(cluster.bootstrap, total, live, replicas)
-        print(f"  {json.dumps(load)}", flush=True)
-    tansu = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    at_100 = commit[str(CONCURRENCY[-1])]
-    return {
-        "benchmark": "state_topic",
-        "quick": quick,
-        "machine": {
-            "python": sys.version.split()[0],
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        },
-        "broker": f"Apache Kafka {kafka.KAFKA_VERSION} (KRaft, {size} node(s), "
-        f"replication factor {replicas}, min.insync.replicas {_min_insync(replicas)})",
-        "commit_path": commit,
-        "startup_load": load,
-        "targets": {
-            "throughput_vs_native_at_100": {
-                "target": ">= 1.0",
-                "measured": at_100["throughput_vs_native"],
-                "tansu": tansu.get("targets", {})
-                .get("throughput_vs_native_at_100", {})
-                .get("measured"),
-            },
-            "p99_vs_plain_produce": {
-                "target": "<= 2.0",
-                "measured": {n: commit[n]["p99_vs_plain_produce"] for n in commit},
-                "tansu": tansu.get("targets", {}).get("p99_vs_plain_produce", {}).get("measured"),
-            },
-            "load_vs_raw_read": {
-                "target": "<= 1.3",
-                "measured": load["load_vs_raw_read"],
-                "tansu": tansu.get("targets", {}).get("load_vs_raw_read", {}).get("measured"),
-            },
-            "bytes_per_live_key": {
-                "target": "<= 300",
-                "measured": load["bytes_per_live_key"],
-                "tansu": tansu.get("targets", {}).get("bytes_per_live_key", {}).get("measured"),
-            },
-        },
-    }
+async def run_sweep_only(kinds: list[str], quick: bool) -> dict[str, Any]:
+    """The state-partition sweep alone (``--partitions-sweep``, on Apache Kafka's one node
+    unless ``--broker=`` says otherwise), into the last full run's results."""
+    previous: dict[str, Any] = (
+        json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
+    )
+    round_s, rounds = (1.0, 3) if quick else (2.0, 3)
+    for kind in kinds:
+        replicas = min(SIZES.get(kind, 1), 3)
+        load_before = os.getloadavg()
+        with _running(kind) as (bootstrap, description, pids):
+            print(f"{kind}: {description}; load average {load_before}", flush=True)
+            sweep = await state_partitions_sweep(bootstrap, round_s, rounds, replicas, pids)
+        sweep["load_average_before"] = [round(x, 2) for x in load_before]
+        sweep["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        sweep["run"] = "python -m bench state_topic --partitions-sweep (after the full run)"
+        broker = previous.setdefault("brokers", {}).setdefault(kind, {"broker": description})
+        broker["state_partitions_sweep"] = sweep
+    return previous
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
-    results = RESULTS
-    brokers = [arg.removeprefix("--broker=") for arg in argv if arg.startswith("--broker=")]
-    if brokers:
-        kind = brokers[-1]
-        sizes = {"kafka": 1, "kafka-3": 3}
-        if kind not in sizes:
-            print(f"--broker= must be kafka or kafka-3, not {kind!r}", file=sys.stderr)
-            return 2
-        results = RESULTS.with_name(f"state_topic-{kind}.json")
-        result = asyncio.run(run_on_kafka(quick, sizes[kind]))
+    kinds = [arg.removeprefix("--broker=") for arg in argv if arg.startswith("--broker=")]
+    unknown = [kind for kind in kinds if kind not in BROKERS]
+    if unknown:
+        print(f"--broker= must be one of {', '.join(BROKERS)}, not {unknown[0]!r}", file=sys.stderr)
+        return 2
+    if "--heartbeat-only" in argv:
+        result = asyncio.run(run_heartbeat_only())
+    elif "--partitions-sweep" in argv:
+        result = asyncio.run(run_sweep_only(kinds or ["kafka"], quick))
     else:
-        result = asyncio.run(run_heartbeat_only() if "--heartbeat-only" in argv else run(quick))
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {results}")
+        result = asyncio.run(run(quick, kinds or list(BROKERS)))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
     return 0
 
 
