@@ -430,6 +430,40 @@ async def test_idle_and_stalled_connections_are_closed(
         await served.stop()
 
 
+async def test_a_request_trickled_in_slower_than_the_idle_timeout_is_closed(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """The idle timeout bounds a whole request, not the gap between its bytes: a client
+    sending a byte every 0.2 s with a 0.5 s timeout is closed before its request is whole."""
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0, idle_timeout_s=0.5)
+    )
+    await served.start()
+    try:
+        slow = await Connection.open(served.port)
+        request = framing.encode_request(api_versions_v3(), 1)
+        sent = 0
+
+        async def trickle() -> None:
+            nonlocal sent
+            for byte in range(len(request)):
+                with contextlib.suppress(ConnectionError):
+                    await slow.send_raw(request[byte : byte + 1])
+                sent += 1
+                await asyncio.sleep(0.2)
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            assert await slow.closed_by_peer()
+            assert sent < len(request)
+        finally:
+            trickling.cancel()
+            await slow.close()
+        await assert_serving(served.port)
+    finally:
+        await served.stop()
+
+
 async def test_a_client_that_does_not_read_its_answers_is_closed(
     runtime: coordinator_runtime.CoordinatorRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -714,11 +714,18 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    import uvloop
+
     from kafka_group_operator.runtime import errors as runtime_errors
 
     try:
-        with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(
+        # uvloop's event loop: a steady heartbeat on the Kafka listener costs a fifth to a
+        # third less CPU than on asyncio's own (bench/protocol).
+        with (
+            contextlib.suppress(asyncio.CancelledError),
+            asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+        ):
+            runner.run(
                 serve(
                     args, token_store, group_settings, directory, lease_settings, mirror_intervals
                 )

@@ -56,7 +56,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema import index as api_index
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
@@ -257,16 +257,17 @@ class _Connection(asyncio.Protocol):
         # Without tokens there is nothing to authenticate: the pre-authentication bounds
         # apply only when tokens are required.
         self._authenticating = self._services.token_store is not None
-        # Since when the connection waits for a request (or for its client to read).
-        self._idle_from = self._loop.time()
-        self._authenticate_by = self._idle_from + self._config.authentication_timeout_s
+        # Since when the connection waits for a whole request (its last answer, or its
+        # start), or for its client to read: the idle timeout counts from then.
+        self._idle_from = 0.0
+        self._authenticate_by = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self._transport = cast(asyncio.Transport, transport)
         self._peer = peer = transport.get_extra_info("peername")
         listener = self._listener
         if len(listener._connections) >= self._config.max_connections:
@@ -276,6 +277,8 @@ class _Connection(asyncio.Protocol):
             return
         listener._connections.add(self)
         self.session.client_host = str(peer[0]) if peer else ""
+        self._idle_from = self._loop.time()
+        self._authenticate_by = self._idle_from + self._config.authentication_timeout_s
         self._arm(self._wait_deadline())
 
     def data_received(self, data: bytes) -> None:
@@ -307,6 +310,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._idle_from = self._loop.time()
         if self._serving_here():
             self._serve_ready()
 
@@ -399,16 +403,16 @@ class _Connection(asyncio.Protocol):
             return False
         assert self._transport is not None
         self._transport.write(answer)
+        self._idle_from = self._loop.time()
         if self.session.close_after_response:
             self.close()
             return False
         return not self._write_paused
 
     def _waiting(self) -> None:
-        """No whole frame is left: the connection waits for its client from now."""
+        """No whole frame is left: the connection waits for its client."""
         if self._closed:
             return
-        now = self._idle_from = self._loop.time()
         if self._eof:
             cut = self._frames.cut_short()
             if cut is None:
@@ -416,7 +420,12 @@ class _Connection(asyncio.Protocol):
             else:
                 self._fail(framing.FrameError(cut))
             return
-        if self._authenticating and self.session.principal is None and now >= self._authenticate_by:
+        if (
+            self._authenticating
+            and self.session.principal is None
+            and self._loop.time() >= self._authenticate_by
+        ):
+            # Its deadline passed while a request was served (a SASL hold).
             self._fail(self._unauthenticated())
             return
         if self._read_paused:
