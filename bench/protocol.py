@@ -13,9 +13,13 @@ nothing changed) for a fixed time, in three ways on the same members in the same
 * **http**: the member API's ``POST /v1/groups/{group}/heartbeat``, as many requests in
   flight over keep-alive connections (the peer: the same heartbeat through the other door);
 * **runtime**: ``CoordinatorRuntime.heartbeat`` called in-process by as many tasks, no I/O
-  at all (the ceiling either front door can reach).
+  at all (the ceiling either front door can reach);
+* **floor**: the kafka phase's load against a bare asyncio protocol in the coordinator
+  process, on its event loop, that answers each frame with the same fixed bytes (no decode,
+  no runtime): what reading a frame and writing an answer cost on this machine, the part of
+  the listener's cost that no work on the listener removes.
 
-The three run in turn, ``--rounds=N`` times (3; 1 with ``--quick``), so that each round's
+The four run in turn, ``--rounds=N`` times (3; 1 with ``--quick``), so that each round's
 ratios compare phases run back to back on a machine whose load moves; medians and ranges
 over the rounds are reported. Besides the rates, the coordinator process's CPU time per
 heartbeat answered in each phase: the rates share two cores with the load processes and the
@@ -61,7 +65,7 @@ from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.wire import bounds, framing
 
 RESULTS = Path(__file__).parent / "results" / "protocol.json"
-KINDS = ("kafka", "http", "runtime")
+KINDS = ("kafka", "floor", "http", "runtime")
 _SIZE, _ERROR = struct.Struct(">i"), struct.Struct(">h")
 GROUPS, MEMBERS_PER_GROUP, PARTITIONS = 20, 10, 20
 # Load processes, and per process: connections and heartbeats in flight on each (one per
@@ -188,7 +192,7 @@ async def _http_load(port: int, members: list[dict[str, Any]], duration_s: float
 def load_main(argv: list[str]) -> int:
     kind, port, members_file, duration = argv[0], int(argv[1]), argv[2], float(argv[3])
     members = json.loads(Path(members_file).read_text())
-    run = _kafka_load if kind == "kafka" else _http_load
+    run = _http_load if kind == "http" else _kafka_load
     # uvloop: the load's own cost per heartbeat, on the cores the coordinator uses too.
     print(json.dumps(uvloop.run(run(port, members, duration))), flush=True)
     return 0
@@ -225,6 +229,26 @@ async def _load_process(
         "errors": [error for part in parts for error in part["errors"]][:10],
         "per_second": round(heartbeats / seconds, 1),
     }
+
+
+# A ConsumerGroupHeartbeat v1 answer's shape as the load reads it: size, correlation id,
+# no tagged fields, throttle_time_ms, error_code 0, then 18 bytes the load does not read.
+_FLOOR_ANSWER = _SIZE.pack(29) + bytes(29)
+
+
+class _Floor(asyncio.Protocol):
+    """The floor: each whole frame answered with ``_FLOOR_ANSWER``, nothing decoded."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while len(buffer) >= 4 and len(buffer) >= 4 + (size := _SIZE.unpack_from(buffer)[0]):
+            del buffer[: 4 + size]
+            self.transport.write(_FLOOR_ANSWER)
 
 
 async def _runtime_load(
@@ -272,7 +296,11 @@ async def _settled_members(
     for g in range(GROUPS):
         group = f"bench-protocol-{uuid.uuid4().hex[:6]}-{g}"
         await runtime.configure_group(
-            messages.GroupSettings(group_id=group, heartbeat_interval_ms=30_000)
+            # A session of 5 minutes: on a loaded machine the load processes of a phase can
+            # take many seconds to start, and no member may expire between its heartbeats.
+            messages.GroupSettings(
+                group_id=group, heartbeat_interval_ms=30_000, session_timeout_ms=300_000
+            )
         )
         ids = [uuid.uuid4().hex for _ in range(MEMBERS_PER_GROUP)]
         epochs = dict.fromkeys(ids, 0)
@@ -353,6 +381,7 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
         await runtime.start()
         kafka = protocol_listener.Listener(runtime, None, protocol_listener.ListenerConfig(port=0))
         runner = web.AppRunner(api_app.build_app(runtime, None), access_log=None)
+        floor: asyncio.Server | None = None
         try:
             for _ in range(100):
                 if runtime.known_topics().get(topic) is not None:
@@ -362,18 +391,20 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
             await runner.setup()
             http_port = embedded.free_port()
             await web.TCPSite(runner, "127.0.0.1", http_port).start()
+            floor = await asyncio.get_running_loop().create_server(_Floor, "127.0.0.1", 0)
+            floor_port: int = floor.sockets[0].getsockname()[1]
             members = await _settled_members(runtime, topic)
             measured_rounds: list[dict[str, Any]] = []
             # Interleaved: the machine's load moves between phases, and each round's ratio
             # compares phases run back to back.
             for round_ in range(rounds):
                 measured_round: dict[str, Any] = {}
-                for kind in ("kafka", "http", "runtime"):
+                for kind in KINDS:
                     cpu = _cpu_seconds()
                     if kind == "runtime":
                         measured = await _runtime_load(runtime, members, duration)
                     else:
-                        port = kafka.port if kind == "kafka" else http_port
+                        port = {"kafka": kafka.port, "floor": floor_port}.get(kind, http_port)
                         measured = await _load_process(kind, port, members, workdir, duration)
                     measured["cpu_us_per_heartbeat"] = round(
                         (_cpu_seconds() - cpu) / measured["heartbeats"] * 1e6, 1
@@ -386,6 +417,8 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
             for member in members:  # nothing changed: every member is still at its epoch
                 assert member["epoch"] > 0
         finally:
+            if floor is not None:
+                floor.close()
             await kafka.stop()
             await runner.cleanup()
             await runtime.stop()
@@ -430,6 +463,11 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
         # load processes' share of the cores left out).
         "kafka_vs_runtime_cpu": _spread(
             [r / k for k, r in zip(kafka_cpu, each("runtime", "cpu_us_per_heartbeat"), strict=True)]
+        ),
+        # The floor's CPU per heartbeat over the listener's: the share of the listener's cost
+        # that is reading a frame and writing its answer.
+        "floor_share_of_kafka_cpu": _spread(
+            [f / k for k, f in zip(kafka_cpu, each("floor", "cpu_us_per_heartbeat"), strict=True)]
         ),
         "frame_check": {
             "check_us": round(check_us, 2),
