@@ -55,7 +55,9 @@ changes is rewritten, a transaction, at its heartbeat), at rates from 1,000/s up
 
 Target (issue 13): heartbeat p99 <= 50 ms at the steady rate; memory per group and per
 member reported. Writes ``bench/results/scale.json``; ``--quick`` runs small sizes, shorter;
-``--sizes=GROUPSxMEMBERS,...`` other sizes (the last one gets the heartbeats).
+``--sizes=GROUPSxMEMBERS,...`` other sizes (the last one gets the heartbeats);
+``--rates=RATE,...`` these heartbeat rates only, each run whether or not the one before was
+sustained. Each rate's row also gives the replicas' CPU per heartbeat answered.
 """
 
 from __future__ import annotations
@@ -574,6 +576,7 @@ def heartbeat_rates(
     quick: bool,
     pids: dict[str, list[int]],
     kafka_ports: list[int] | None = None,
+    stop_when_not_sustained: bool = True,
 ) -> tuple[dict[str, float], dict[str, Any], list[dict[str, Any]]]:
     context = multiprocessing.get_context("spawn")
     pipes, processes = [], []
@@ -651,9 +654,13 @@ def heartbeat_rates(
                 "load_average_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
                 "cores_used": shares.cores(),
             }
+            # The replicas' CPU per heartbeat answered: what a rate costs, whatever the load.
+            row["replicas_cpu_ms_per_heartbeat"] = round(
+                row["cores_used"]["replicas"] / max(achieved, 1) * 1000, 3
+            )
             print(f"    {json.dumps(row)}", flush=True)
             found.append(row)
-            if not row["sustained"]:
+            if not row["sustained"] and stop_when_not_sustained:
                 break
     finally:
         for pipe in pipes:
@@ -695,7 +702,12 @@ def linear_fit(points: list[tuple[float, float, float]]) -> tuple[float, float, 
 # --------------------------------------------------------------------------------- main
 
 
-def run(quick: bool, sizes: tuple[tuple[int, int], ...], kafka: bool = False) -> dict[str, Any]:
+def run(
+    quick: bool,
+    sizes: tuple[tuple[int, int], ...],
+    kafka: bool = False,
+    rates_asked: tuple[int, ...] | None = None,
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="kgo-scale-"))
     print(f"coordinator logs in {work}", flush=True)
     memory: list[dict[str, Any]] = []
@@ -737,10 +749,11 @@ def run(quick: bool, sizes: tuple[tuple[int, int], ...], kafka: bool = False) ->
                     idle, after_load, rates = heartbeat_rates(
                         replicas.urls,
                         members,
-                        KAFKA_RATES if kafka else RATES,
+                        rates_asked or (KAFKA_RATES if kafka else RATES),
                         quick,
                         pids,
                         replicas.kafka_ports or None,
+                        stop_when_not_sustained=rates_asked is None,
                     )
                     rss_after = replicas.rss()
                     row["rss_after_heartbeats_bytes"] = rss_after
@@ -816,7 +829,13 @@ def main(argv: list[str]) -> int:
                 for g, m in (item.split("x") for item in arg.split("=", 1)[1].split(","))
             )
     kafka = "--protocol=kafka" in argv
-    result = run(quick, sizes, kafka)
+    rates: tuple[int, ...] | None = None
+    for arg in argv:
+        if arg.startswith("--rates="):
+            # RATE,...: these heartbeat rates only (each is run even if one before is not
+            # sustained), e.g. a before/after comparison at one rate.
+            rates = tuple(int(rate) for rate in arg.split("=", 1)[1].split(","))
+    result = run(quick, sizes, kafka, rates)
     result["load_average_start"] = load_before
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     results = RESULTS_KAFKA if kafka else RESULTS

@@ -21,9 +21,17 @@ pytestmark = [pytest.mark.broker]
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("event_loop", "loop_class"),
+    [
+        pytest.param("uvloop", b"uvloop.Loop", id="uvloop"),
+        pytest.param("asyncio", b"asyncio.", id="asyncio"),
+    ],
+)
 async def test_kgo_coordinator_serves_the_kafka_protocol(
-    broker: embedded.EmbeddedBroker, tmp_path: Path
+    broker: embedded.EmbeddedBroker, tmp_path: Path, event_loop: str, loop_class: bytes
 ) -> None:
+    """On uvloop's event loop (the default) and on asyncio's own (``--event-loop``)."""
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"orders": "s3cret"}))
     api_port, kafka_port = embedded.free_port(), embedded.free_port()
@@ -32,15 +40,21 @@ async def test_kgo_coordinator_serves_the_kafka_protocol(
         "--bootstrap", broker.bootstrap, "--port", str(api_port),
         "--kafka-port", str(kafka_port), "--tokens", str(tokens),
         "--topic", f"cmd-state-{uuid.uuid4().hex[:8]}", "--state-partitions", "2",
+        *(["--event-loop", event_loop] if event_loop != "uvloop" else []),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=ROOT,
     )  # fmt: skip
     try:
         assert process.stdout is not None
+        loops = []
         while True:
             line = await asyncio.wait_for(process.stdout.readline(), 120)
             assert line, "kgo coordinator exited before it was ready"
+            if b"event loop: " in line:
+                loops.append(line.split(b"event loop: ", 1)[1].strip())
             if line.startswith(b"ready on"):
                 break
+        assert len(loops) == 1, loops
+        assert loops[0].startswith(loop_class), loops
         connection = await authenticated(kafka_port, "orders", "s3cret")
         try:
             found = await connection.call(
@@ -76,6 +90,11 @@ async def test_kgo_coordinator_serves_the_kafka_protocol(
         (
             ["--kafka-tls-cert", "missing.pem", "--kafka-tls-key", "missing.key"],
             "kgo coordinator: --kafka-tls-cert: missing.pem is not a readable file",
+        ),
+        (
+            ["--event-loop", "trio"],
+            "kgo coordinator: argument --event-loop: invalid choice: 'trio' (choose from "
+            "'uvloop', 'asyncio') (see 'kgo coordinator --help')",
         ),
     ],
 )

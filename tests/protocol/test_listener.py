@@ -9,9 +9,13 @@ our own encoder.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime
 import ipaddress
+import logging
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsV3
+from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as FindCoordinatorV0
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest as FindCoordinatorV3
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as FindCoordinatorV6
@@ -30,8 +35,8 @@ from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from kafka_group_operator.protocol import dispatch, routes
 from kafka_group_operator.protocol import listener as protocol_listener
-from kafka_group_operator.protocol import routes
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.wire import framing
 from tests.protocol.conftest import TOKENS
@@ -422,6 +427,132 @@ async def test_idle_and_stalled_connections_are_closed(
             await stalled.close()
         await assert_serving(served.port)
     finally:
+        await served.stop()
+
+
+async def test_a_request_trickled_in_slower_than_the_idle_timeout_is_closed(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """The idle timeout bounds a whole request, not the gap between its bytes: a client
+    sending a byte every 0.2 s with a 0.5 s timeout is closed before its request is whole."""
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0, idle_timeout_s=0.5)
+    )
+    await served.start()
+    try:
+        slow = await Connection.open(served.port)
+        request = framing.encode_request(api_versions_v3(), 1)
+        sent = 0
+
+        async def trickle() -> None:
+            nonlocal sent
+            for byte in range(len(request)):
+                with contextlib.suppress(ConnectionError):
+                    await slow.send_raw(request[byte : byte + 1])
+                sent += 1
+                await asyncio.sleep(0.2)
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            assert await slow.closed_by_peer()
+            assert sent < len(request)
+        finally:
+            trickling.cancel()
+            await slow.close()
+        await assert_serving(served.port)
+    finally:
+        await served.stop()
+
+
+async def test_a_client_that_does_not_read_its_answers_is_closed(
+    runtime: coordinator_runtime.CoordinatorRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Requests pipelined and answers never read: once the answers fill the socket's buffers,
+    the listener stops serving that connection, and after ``idle_timeout_s`` drops it with
+    the answers it still holds."""
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0, idle_timeout_s=0.5)
+    )
+    await served.start()
+    caplog.set_level(logging.INFO, logger=protocol_listener.__name__)
+    try:
+        reader = await Connection.open(served.port)
+        local = reader.writer.get_extra_info("sockname")[1]
+        requests = 40_000  # about 17 MB of answers: more than loopback's socket buffers
+        request = framing.encode_request(api_versions_v3(), 1)
+        reader.writer.write(request * requests)
+        closing = f"closing the idle connection of 127.0.0.1:{local}"
+        deadline = time.monotonic() + 60
+        while not any(closing in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "a client that does not read was kept"
+            await asyncio.sleep(0.1)
+        answered = 0
+        # Dropped, maybe inside an answer: the rest of the stream ends or is reset.
+        with contextlib.suppress(ConnectionError, framing.FrameError):
+            while await reader.read_raw() is not None:
+                answered += 1
+        assert 0 < answered < requests
+        await reader.close()
+        await assert_serving(served.port)
+    finally:
+        await served.stop()
+
+
+async def test_an_answer_given_at_once_never_overtakes_one_that_waits(
+    runtime: coordinator_runtime.CoordinatorRuntime,
+) -> None:
+    """A route's ``answer_now`` answers in the callback that read the request, unless a
+    request before it on the connection is still being served: answers go out in order."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    answered_now: list[int] = []
+    metadata, versions = routes.ROUTES[3], routes.ROUTES[framing.API_VERSIONS_KEY]
+
+    async def waiting(context: dispatch.RequestContext, body: object) -> object:
+        entered.set()
+        await release.wait()
+        return await metadata.handler(context, body)
+
+    def at_once(context: dispatch.RequestContext, body: object) -> object:
+        answered_now.append(context.header.correlation_id)
+        return context.response(error_code=ErrorCode.none, api_keys=())
+
+    table = {
+        **routes.ROUTES,
+        3: dataclasses.replace(metadata, handler=waiting),
+        versions.api_key: dataclasses.replace(versions, answer_now=at_once),
+    }
+    served = protocol_listener.Listener(
+        runtime, None, protocol_listener.ListenerConfig(port=0), table=table
+    )
+    await served.start()
+    try:
+        connection = await Connection.open(served.port)
+        try:
+            await connection.send_raw(
+                framing.encode_request(
+                    MetadataV12(
+                        topics=None,
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                    ),
+                    1,
+                )
+                + framing.encode_request(api_versions_v3(), 2)
+            )
+            await asyncio.wait_for(entered.wait(), 30)
+            # Another connection's round trip: the listener has read all that was sent.
+            await assert_serving(served.port)
+            assert 2 not in answered_now
+            release.set()
+            first, second = await connection.read_raw(), await connection.read_raw()
+            assert first is not None
+            assert second is not None
+            assert [struct.unpack_from(">i", p)[0] for p in (first, second)] == [1, 2]
+            assert 2 in answered_now
+        finally:
+            await connection.close()
+    finally:
+        release.set()
         await served.stop()
 
 

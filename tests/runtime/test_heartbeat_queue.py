@@ -115,3 +115,35 @@ async def test_a_heartbeat_that_writes_waits_for_the_writes_ahead_of_it() -> Non
             assert joined.member_epoch >= 1
             description = await runtime.describe_group("growing")
             assert {m.member_id for m in description.members} == {"m1", "m2"}
+
+
+async def test_heartbeat_now_answers_only_what_needs_no_wait() -> None:
+    """``heartbeat_now`` (the listener answers steady heartbeats with it from the callback that
+    read them) answers what ``heartbeat`` would answer at once, and nothing else: ``None`` for
+    a heartbeat of a group with a write in flight, and for one that writes; neither is
+    counted. The runtime's ``heartbeat`` then serves them as before."""
+    with embedded.running_broker() as broker:
+        async with groups.running(_config(broker.bootstrap)) as runtime:
+            epoch = await _joined(runtime, "now")
+            other = await _joined(runtime, "other")
+            counted = runtime.metrics.heartbeats.value
+            steady = messages.HeartbeatRequest("now", "m1", epoch)
+            answered = runtime.heartbeat_now(steady)
+            assert answered is not None
+            assert (answered.member_id, answered.member_epoch) == ("m1", epoch)
+            assert runtime.metrics.heartbeats.value == counted + 1
+            # A join writes: not answered now, nothing written, nothing counted.
+            assert runtime.heartbeat_now(_join("now", "m2")) is None
+            assert {m.member_id for m in (await runtime.describe_group("now")).members} == {"m1"}
+            assert runtime.metrics.heartbeats.value == counted + 1
+            with _frozen(broker):
+                join = asyncio.create_task(runtime.heartbeat(_join("now", "m2")))
+                await asyncio.sleep(0.3)
+                assert not join.done()
+                # Behind its group's write in flight: left to heartbeat().
+                assert runtime.heartbeat_now(steady) is None
+                assert runtime.metrics.heartbeats.value == counted + 1
+                # Another group's steady heartbeat is answered meanwhile.
+                assert runtime.heartbeat_now(messages.HeartbeatRequest("other", "m1", other))
+            joined = await asyncio.wait_for(join, 60)
+            assert joined.member_epoch == epoch + 1

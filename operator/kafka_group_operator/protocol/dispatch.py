@@ -4,7 +4,13 @@ A ``Route`` maps one API key to its handler and the versions served; ``routes.RO
 the table. A handler is ``async (ctx, request) -> response``: ``request`` is kio's request
 type of ``ctx.api_version`` and the response must be kio's response type of that version,
 built with ``ctx.response`` / ``ctx.nested`` (they pick the version's classes and drop the
-fields that version does not have, so one handler serves every version).
+fields that version does not have, so one handler serves every version), or that response's
+body already encoded (``bytes``: a template for an answer given thousands of times a second).
+
+A route may also have an ``answer_now``: ``(ctx, request) -> response | None``, a plain
+function that answers without waiting when it can (a steady heartbeat, from the runtime's
+memory) and returns ``None`` otherwise, when ``handler`` serves the request. The listener
+tries it in the callback that read the request, so that the commonest request costs no task.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ class Coordinator(Protocol):
     """What the listener needs from the coordinator runtime."""
 
     async def heartbeat(self, request: messages.HeartbeatRequest) -> messages.HeartbeatResponse: ...
+
+    def heartbeat_now(
+        self, request: messages.HeartbeatRequest
+    ) -> messages.HeartbeatResponse | None: ...
 
     async def commit_offsets(
         self, request: messages.OffsetCommitRequest
@@ -150,6 +160,8 @@ class Route:
     before_authentication: bool = False
     # Versions kio has no type for, read by translation (see ``Translation``).
     translations: Mapping[int, Translation] = field(default_factory=dict)
+    # The answer without waiting, or None to leave the request to ``handler`` (see above).
+    answer_now: Callable[[RequestContext, Any], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
 """The coordinator listener: a Kafka-protocol server in front of the coordinator runtime.
 
-One asyncio task per connection reads frames and answers them in order (Kafka also serves
-one request of a connection at a time). Each request goes through the dispatch table
-(``routes.ROUTES``). What Kafka's broker does on bad input, this does too, to that
+Each connection is an asyncio protocol that answers its requests in order (Kafka also serves
+one request of a connection at a time); each request goes through the dispatch table
+(``routes.ROUTES``). A request its route can answer without waiting (``answer_now``: a
+steady heartbeat, answered from the runtime's memory) is answered in the callback that read
+it, with no task, no future and no timer of its own: that is most of what a coordinator
+serves. The first request that must wait (a commit, a join, a describe) is served by a task,
+which goes on with the requests after it until none is left whole, and the connection's
+callback takes over again. What Kafka's broker does on bad input, this does too, to that
 connection only:
 
 - an unknown API key, an unsupported version of any API but ApiVersions, a body that does
@@ -15,7 +20,9 @@ connection only:
   ApiVersions range (KIP-511), so the client can retry with a version it shares;
 - a failed SASL authentication: answered, then closed (also while the groups' tokens are
   still loading, after a bounded hold, with the retriable ``COORDINATOR_LOAD_IN_PROGRESS``);
-- no complete request, or a response not read, for ``idle_timeout_s``: closed.
+- no complete request, or a response not read, for ``idle_timeout_s``: closed (one timer per
+  connection, which looks at when the connection began to wait when it fires: nothing is
+  armed per request).
 
 What one client may cost is bounded:
 
@@ -31,7 +38,8 @@ What one client may cost is bounded:
   ``dispatch.GROUP_BATCH`` groups at a time with the event loop free in between, so that other
   connections' heartbeats are not held up;
 - large frames take memory only as their bytes arrive, and give it back when the frame is
-  done or abandoned (``framing.read_frame``).
+  done or abandoned (``framing.FrameBuffer``); a connection whose requests are not being
+  served (one waits, or its answers are not read) is not read beyond 128 KiB.
 
 An unexpected failure in a handler is logged and closes that connection; the listener and
 every other connection go on serving.
@@ -48,7 +56,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema import index as api_index
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
@@ -88,6 +96,10 @@ _CAPPED: Mapping[int, tuple[str, ...]] = {
 }
 # At most one line per this many seconds about connections refused over the limit.
 _REFUSAL_LOG_INTERVAL_S = 10.0
+# Bytes a connection is read ahead of what is being served (a request that waits, answers
+# its client does not read) before its reading pauses: asyncio's streams paused at twice
+# their 64 KiB limit. A frame being received whole is filled in as it arrives regardless.
+_READ_AHEAD_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,9 @@ class Listener:
         self._table = table
         self._server: asyncio.Server | None = None
         self._services: dispatch.Services | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[_Connection] = set()
+        # Tasks serving requests that wait (a connection gone may still have one running).
+        self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._refused = 0
         self._refusal_logged = 0.0
@@ -164,8 +178,8 @@ class Listener:
         context = None
         if config.certificate_file and config.key_file:
             context = ssl_context(config.certificate_file, config.key_file)
-        self._server = await asyncio.start_server(
-            self._serve, config.host, config.port, ssl=context, limit=64 * 1024
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Connection(self), config.host, config.port, ssl=context
         )
         host = config.advertised_host or config.host
         if host in _WILDCARDS:
@@ -190,89 +204,15 @@ class Listener:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        for connection in list(self._connections):
+            connection.close()
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        assert self._services is not None
-        peer = writer.get_extra_info("peername")
-        if len(self._connections) >= self.config.max_connections:
-            self._refuse(peer)
-            writer.close()
-            return
-        self._connections.add(task)
-        session = dispatch.Session(client_host=str(peer[0]) if peer else "")
-        config = self.config
-        # Without tokens there is nothing to authenticate: the pre-authentication bounds
-        # apply only when tokens are required.
-        authenticating = self._services.token_store is not None
-        authenticate_by = time.monotonic() + config.authentication_timeout_s
-        try:
-            served = 0
-            while True:
-                if authenticating and session.principal is None:
-                    max_bytes = min(config.max_frame_bytes, config.max_unauthenticated_frame_bytes)
-                    timeout = min(config.idle_timeout_s, authenticate_by - time.monotonic())
-                else:
-                    max_bytes, timeout = config.max_frame_bytes, config.idle_timeout_s
-                try:
-                    async with asyncio.timeout(timeout):
-                        payload = await framing.read_frame(reader, max_bytes)
-                except TimeoutError:
-                    if authenticating and session.principal is None:
-                        raise framing.FrameError(
-                            f"not authenticated within {config.authentication_timeout_s:g} s"
-                        ) from None
-                    raise
-                if payload is None:
-                    break
-                response = await handle(self._services, session, payload)
-                if response is None:
-                    break
-                writer.write(response)
-                async with asyncio.timeout(config.idle_timeout_s):
-                    await writer.drain()
-                if session.close_after_response:
-                    break
-                served += 1
-                if served % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
-        except UnsupportedVersion as error:
-            # Kafka closes too, but a client that never learns why retries forever: say so.
-            logger.warning("closing the connection of %s: %s", session.client_host, error)
-        except framing.FrameError as error:
-            logger.info("closing the connection of %s: %s", _address(peer), error)
-        except TimeoutError:
-            logger.info("closing the idle connection of %s", _address(peer))
-        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
-            pass  # the peer went away
-        except asyncio.CancelledError:
-            # stop() cancels the connections; asyncio's stream callback of Python 3.11 logs a
-            # connection task that ends cancelled as an error.
-            if not self._stopping:
-                raise
-        except Exception:
-            logger.exception(
-                "closing the connection of %s after an internal error serving %s",
-                _address(peer),
-                session.serving,
-            )
-        finally:
-            self._connections.discard(task)
-            if self._stopping:
-                # A graceful close waits until the peer has read every reply sent: a client
-                # that reads nothing would hold the stop (and SIGTERM) for ever.
-                writer.transport.abort()
-            else:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
 
     def _refuse(self, peer: Any) -> None:
         """Count a connection refused over the limit; say so at most every 10 s."""
@@ -289,14 +229,308 @@ class Listener:
             self._refused, self._refusal_logged = 0, now
 
 
+class _Connection(asyncio.Protocol):
+    """One client's connection: frames in as they arrive, answers out in order.
+
+    At any time one of these serves the connection's whole frames: the callback that read
+    them (``_serve_ready``, answering what it can at once), or the task of a request that
+    waits (``_serve_waiting``), or neither while the connection waits for bytes, for a turn
+    of the loop (``_deferred``) or for its client to read (``_write_paused``).
+    """
+
+    def __init__(self, listener: Listener) -> None:
+        assert listener._services is not None
+        self._listener = listener
+        self._services = listener._services
+        self._config = listener.config
+        self._loop = asyncio.get_running_loop()
+        self._frames = framing.FrameBuffer()
+        self._transport: asyncio.Transport | None = None
+        self._peer: Any = None
+        self.session = dispatch.Session(client_host="")
+        self._task: asyncio.Task[None] | None = None
+        self._deferred = False
+        self._write_paused = False
+        self._read_paused = False
+        self._eof = False
+        self._closed = False
+        # Without tokens there is nothing to authenticate: the pre-authentication bounds
+        # apply only when tokens are required.
+        self._authenticating = self._services.token_store is not None
+        # Since when the connection waits for a whole request (its last answer, or its
+        # start), or for its client to read: the idle timeout counts from then.
+        self._idle_from = 0.0
+        self._authenticate_by = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self._transport = cast(asyncio.Transport, transport)
+        self._peer = peer = transport.get_extra_info("peername")
+        listener = self._listener
+        if len(listener._connections) >= self._config.max_connections:
+            listener._refuse(peer)
+            self._closed = True
+            transport.close()
+            return
+        listener._connections.add(self)
+        self.session.client_host = str(peer[0]) if peer else ""
+        self._idle_from = self._loop.time()
+        self._authenticate_by = self._idle_from + self._config.authentication_timeout_s
+        self._arm(self._wait_deadline())
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._frames.feed(data)
+        if self._serving_here():
+            self._serve_ready()
+        elif self._frames.buffered() > _READ_AHEAD_BYTES and not self._read_paused:
+            self._read_paused = True
+            assert self._transport is not None
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if self._serving_here():
+            self._serve_ready()
+        # Kept open (half closed) until the answers owed are written; TLS closes anyway.
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The peer went away (or the connection was closed here): nothing to log. A request
+        # being served finishes, its answer dropped.
+        self._forget()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._idle_from = self._loop.time()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._idle_from = self._loop.time()
+        if self._serving_here():
+            self._serve_ready()
+
+    # --- serving --------------------------------------------------------------------------
+
+    def _serving_here(self) -> bool:
+        return (
+            self._task is None
+            and not self._deferred
+            and not self._write_paused
+            and not self._closed
+        )
+
+    def _max_bytes(self) -> int:
+        config = self._config
+        if self._authenticating and self.session.principal is None:
+            return min(config.max_frame_bytes, config.max_unauthenticated_frame_bytes)
+        return config.max_frame_bytes
+
+    def _serve_ready(self) -> None:
+        """Serve the whole frames received, from this callback: each answered at once when it
+        can be; the first that must wait goes to a task, with the frames after it. After
+        ``YIELD_EVERY`` the rest waits for the next turn of the loop."""
+        services, session, frames = self._services, self.session, self._frames
+        served = 0
+        try:
+            while True:
+                if served == YIELD_EVERY:
+                    self._deferred = True
+                    self._loop.call_soon(self._after_turn)
+                    return
+                payload = frames.take(self._max_bytes())
+                if payload is None:
+                    break
+                answer = answer_now(services, session, payload)
+                if not isinstance(answer, bytes):
+                    self._task = task = self._loop.create_task(self._serve_waiting(answer))
+                    self._listener._tasks.add(task)
+                    task.add_done_callback(self._listener._tasks.discard)
+                    return
+                if not self._write(answer):
+                    return
+                served += 1
+        except Exception as error:
+            self._fail(error)
+            return
+        self._waiting()
+
+    def _after_turn(self) -> None:
+        self._deferred = False
+        if self._serving_here():
+            self._serve_ready()
+
+    async def _serve_waiting(self, request: Request) -> None:
+        """Serve ``request``, which may wait, then the whole frames after it (those that can
+        be answered at once, at once), letting the loop run every ``YIELD_EVERY``; the
+        connection's callback serves again once none is left."""
+        services, session = self._services, self.session
+        served = 0
+        try:
+            answer = await serve(services, session, request)
+            while True:
+                if not self._write(answer):
+                    return
+                served += 1
+                if served % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+                payload = self._frames.take(self._max_bytes())
+                if payload is None:
+                    break
+                now = answer_now(services, session, payload)
+                answer = now if isinstance(now, bytes) else await serve(services, session, now)
+        except asyncio.CancelledError:
+            # stop() cancels what is being served; asyncio's callbacks of Python 3.11 log
+            # a task that ends cancelled as an error.
+            if not self._listener._stopping:
+                raise
+            return
+        except Exception as error:
+            self._fail(error)
+            return
+        finally:
+            self._task = None
+        self._waiting()
+
+    def _write(self, answer: bytes) -> bool:
+        """Send an answer; whether to serve on now (not when the connection is closed, nor
+        while its client does not read: ``resume_writing`` serves on)."""
+        if self._closed:
+            return False
+        assert self._transport is not None
+        self._transport.write(answer)
+        self._idle_from = self._loop.time()
+        if self.session.close_after_response:
+            self.close()
+            return False
+        return not self._write_paused
+
+    def _waiting(self) -> None:
+        """No whole frame is left: the connection waits for its client."""
+        if self._closed:
+            return
+        if self._eof:
+            cut = self._frames.cut_short()
+            if cut is None:
+                self.close()
+            else:
+                self._fail(framing.FrameError(cut))
+            return
+        if (
+            self._authenticating
+            and self.session.principal is None
+            and self._loop.time() >= self._authenticate_by
+        ):
+            # Its deadline passed while a request was served (a SASL hold).
+            self._fail(self._unauthenticated())
+            return
+        if self._read_paused:
+            self._read_paused = False
+            assert self._transport is not None
+            self._transport.resume_reading()
+
+    # --- time limits ----------------------------------------------------------------------
+
+    def _arm(self, when: float) -> None:
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _wait_deadline(self) -> float:
+        """When the wait that began at ``_idle_from`` ends the connection."""
+        deadline = self._idle_from + self._config.idle_timeout_s
+        if not self._write_paused and self._authenticating and self.session.principal is None:
+            deadline = min(deadline, self._authenticate_by)
+        return deadline
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._closed:
+            return
+        now = self._loop.time()
+        if self._task is not None or self._deferred:
+            # Serving a request is not waiting for the client: not timed.
+            self._arm(now + self._config.idle_timeout_s)
+            return
+        deadline = self._wait_deadline()
+        if now < deadline:
+            self._arm(deadline)
+        elif deadline < self._idle_from + self._config.idle_timeout_s:
+            self._fail(self._unauthenticated())
+        else:
+            # A client that has not read its answers for so long gets none of the rest: a
+            # graceful close would wait for it to read them, holding their memory.
+            self._fail(TimeoutError(), abort=self._write_paused)
+
+    def _unauthenticated(self) -> framing.FrameError:
+        return framing.FrameError(
+            f"not authenticated within {self._config.authentication_timeout_s:g} s"
+        )
+
+    # --- closing --------------------------------------------------------------------------
+
+    def _fail(self, error: BaseException, abort: bool = False) -> None:
+        """Say why the connection closes (once), and close it."""
+        if self._closed:
+            return
+        if isinstance(error, UnsupportedVersion):
+            # Kafka closes too, but a client that never learns why retries forever: say so.
+            logger.warning("closing the connection of %s: %s", self.session.client_host, error)
+        elif isinstance(error, framing.FrameError):
+            logger.info("closing the connection of %s: %s", _address(self._peer), error)
+        elif isinstance(error, TimeoutError):
+            logger.info("closing the idle connection of %s", _address(self._peer))
+        elif not isinstance(error, (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError)):
+            logger.error(
+                "closing the connection of %s after an internal error serving %s",
+                _address(self._peer),
+                self.session.serving,
+                exc_info=error,
+            )
+        self.close(abort)
+
+    def close(self, abort: bool = False) -> None:
+        if self._closed:
+            return
+        self._forget()
+        assert self._transport is not None
+        if abort or self._listener._stopping:
+            # A graceful close waits until the peer has read every reply sent: a client
+            # that reads nothing would hold the stop (and SIGTERM) for ever.
+            self._transport.abort()
+        else:
+            self._transport.close()
+
+    def _forget(self) -> None:
+        self._closed = True
+        self._listener._connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._frames.close()
+
+
 def _address(peer: Any) -> str:
     return f"{peer[0]}:{peer[1]}" if peer else "an unknown peer"
 
 
-async def handle(
+@dataclass(slots=True)
+class Request:
+    """A request read and checked, for ``serve``."""
+
+    route: dispatch.Route
+    header: framing.RequestHeader
+    body: Any
+
+
+def answer_now(
     services: dispatch.Services, session: dispatch.Session, payload: bytes
-) -> bytes | None:
-    """The framed response to one request frame; ``FrameError`` means close."""
+) -> bytes | Request:
+    """The framed answer to one request frame if it needs no wait (its route's
+    ``answer_now`` gives one, or the ApiVersions version is unsupported), else the request
+    read, for ``serve``. ``FrameError`` means close."""
     fixed = framing.peek_request_header(payload)
     route = services.routes.get(fixed.api_key)
     if route is None:
@@ -318,8 +552,20 @@ async def handle(
     if translation is not None:
         header, body = translation.read_request(payload)
     else:
-        header, body = framing.read_request(payload, services.caps.get(fixed.api_key))
-    session.serving = f"{type(body).__name__} v{header.api_version}"
+        header, body = framing.read_request(payload, services.caps.get(fixed.api_key), fixed)
+    session.serving = _serving(type(body), header.api_version)
+    if route.answer_now is not None:
+        response = route.answer_now(dispatch.RequestContext(services, session, header), body)
+        if response is not None:
+            return framing.encode_response(
+                header.api_key, header.api_version, header.correlation_id, response
+            )
+    return Request(route, header, body)
+
+
+async def serve(services: dispatch.Services, session: dispatch.Session, request: Request) -> bytes:
+    """The framed answer to a request ``answer_now`` left to its route's handler."""
+    route, header, body = request.route, request.header, request.body
     context = dispatch.RequestContext(services, session, header)
     lists = _GROUP_LISTS.get(route.api_key)
     named = getattr(body, lists[0], None) if lists is not None else None
@@ -329,6 +575,24 @@ async def handle(
     return framing.encode_response(
         header.api_key, header.api_version, header.correlation_id, response
     )
+
+
+async def handle(services: dispatch.Services, session: dispatch.Session, payload: bytes) -> bytes:
+    """The framed response to one request frame, as a connection serves it; ``FrameError``
+    means close."""
+    answer = answer_now(services, session, payload)
+    return answer if isinstance(answer, bytes) else await serve(services, session, answer)
+
+
+_SERVING: dict[tuple[type[Any], int], str] = {}
+
+
+def _serving(schema: type[Any], version: int) -> str:
+    """How the log of a failure names the request being served (one string per version)."""
+    name = _SERVING.get((schema, version))
+    if name is None:
+        name = _SERVING[schema, version] = f"{schema.__name__} v{version}"
+    return name
 
 
 async def _answer_each_group_once(

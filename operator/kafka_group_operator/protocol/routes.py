@@ -34,7 +34,13 @@ ROUTES: Mapping[int, Route] = {
         Route(36, 0, 2, sasl.sasl_authenticate, before_authentication=True),  # SaslAuthenticate
         Route(3, 0, 12, cluster.metadata),  # Metadata
         Route(10, 0, 6, cluster.find_coordinator),  # FindCoordinator
-        Route(68, 0, 1, kip848.consumer_group_heartbeat),  # ConsumerGroupHeartbeat
+        Route(  # ConsumerGroupHeartbeat
+            68,
+            0,
+            1,
+            kip848.consumer_group_heartbeat,
+            answer_now=kip848.consumer_group_heartbeat_now,
+        ),
         Route(69, 0, 1, kip848.consumer_group_describe),  # ConsumerGroupDescribe
         Route(11, 0, 9, classic.join_group),  # JoinGroup
         Route(14, 0, 5, classic.sync_group),  # SyncGroup

@@ -590,13 +590,51 @@ class CoordinatorRuntime:
         except Exception as error:
             metrics.request_failed("heartbeat", error)
             raise
-        heartbeats.value += 1
+        self._heartbeat_answered(request, response, started)
+        return response
+
+    def heartbeat_now(
+        self, request: messages.HeartbeatRequest
+    ) -> messages.HeartbeatResponse | None:
+        """``heartbeat``'s answer when it needs no wait: nothing of the group (nor of the whole
+        partition) is queued or being appended, and the answer writes nothing (a steady
+        heartbeat). ``None`` otherwise, and nothing is done: ``heartbeat`` serves it then (its
+        handler runs again: handlers change nothing). A front door answers a steady heartbeat
+        with it from the callback that read the request, without a task."""
+        metrics = self.metrics
+        started = (
+            time.perf_counter()
+            if not metrics.heartbeats.value % runtime_metrics.HEARTBEAT_TIMED_ONE_IN
+            else None
+        )
+        group_id = request.group_id
+        try:
+            partition = self._partitions[self._active_shard_index(group_id)]
+            outcome = self._unwritten_outcome(
+                partition, group_id, lambda s, now: s.heartbeat(request, now)
+            )
+        except Exception as error:
+            metrics.request_failed("heartbeat", error)
+            raise
+        if outcome is None:
+            return None
+        response: messages.HeartbeatResponse = outcome.response
+        self._heartbeat_answered(request, response, started)
+        return response
+
+    def _heartbeat_answered(
+        self,
+        request: messages.HeartbeatRequest,
+        response: messages.HeartbeatResponse,
+        started: float | None,
+    ) -> None:
+        metrics = self.metrics
+        metrics.heartbeats.value += 1
         if started is not None:
             metrics.heartbeat_seconds.observe(time.perf_counter() - started)
         # A steady heartbeat (no new assignment, no rebalance under way) skips the state look-up.
         if response.assignment is not None or metrics.rebalancing:
             metrics.group_seen(request.group_id, self._group_state(request.group_id))
-        return response
 
     # Classic-protocol members. Every request goes through the partition's queue: answered
     # only while the partition is served. A classic group's JoinGroup and SyncGroup may be
@@ -957,26 +995,41 @@ class CoordinatorRuntime:
         skip_queue_if_unwritten: bool = False,
     ) -> T:
         partition = self._partitions[self._active_shard_index(group_id)]
-        if skip_queue_if_unwritten and self._quiet(partition, group_id):
-            # Nothing of this group (nor of the whole partition) is queued or being appended,
-            # so the shard holds every record of the group the answer depends on, all of them
-            # committed: an answer that writes nothing needs no turn in the queue, and does
-            # not wait behind other groups' commits. One that writes takes its turn below
-            # (its handler runs again then: handlers change nothing).
-            state = partition.shard
-            assert state is not None
-            try:
-                outcome = handler(state, self.config.clock_ms())
-            except errors.CoordinatorError:
-                raise
-            except Exception as error:
-                raise _request_failure(partition.index, error) from None
-            self._wake_timer(partition)
-            if not outcome.records and not outcome.soft and not outcome.completions:
+        if skip_queue_if_unwritten:
+            outcome = self._unwritten_outcome(partition, group_id, handler)
+            if outcome is not None:
                 return outcome.response
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         _enqueue(partition, _Write(handler, future, batchable, group_id))
         return await future
+
+    def _unwritten_outcome(
+        self,
+        partition: _Partition,
+        group_id: str,
+        handler: Callable[[shard.CoordinatorShard, int], result.Result[T]],
+    ) -> result.Result[T] | None:
+        """The handler's outcome at once if it writes nothing and nothing it depends on is
+        pending; ``None`` when the request must take its turn in the queue."""
+        if not self._quiet(partition, group_id):
+            return None
+        # Nothing of this group (nor of the whole partition) is queued or being appended,
+        # so the shard holds every record of the group the answer depends on, all of them
+        # committed: an answer that writes nothing needs no turn in the queue, and does
+        # not wait behind other groups' commits. One that writes takes its turn (its
+        # handler runs again then: handlers change nothing).
+        state = partition.shard
+        assert state is not None
+        try:
+            outcome = handler(state, self.config.clock_ms())
+        except errors.CoordinatorError:
+            raise
+        except Exception as error:
+            raise _request_failure(partition.index, error) from None
+        self._wake_timer(partition)
+        if outcome.records or outcome.soft or outcome.completions:
+            return None
+        return outcome
 
     def _quiet(self, partition: _Partition, group_id: str) -> bool:
         return (

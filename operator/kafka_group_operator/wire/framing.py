@@ -17,6 +17,11 @@ reserve memory for all the elements an array declares (2^32-2 of them abort the 
 ``read_request`` and ``read_response`` first check every length and count of the frame
 against the bytes left (``bounds``), then decode; either raises ``FrameError`` on anything
 malformed, trailing bytes included. The listener, the gateway and our own clients share them.
+
+Frames arrive either through a stream (``read_frame``, for clients) or as the bytes a
+protocol's callback is given (``FrameBuffer``, for the listener, which answers a steady
+heartbeat from the callback that read it): both refuse a size above the limit before its
+payload arrives, and take memory for a large frame only as its bytes arrive.
 """
 
 from __future__ import annotations
@@ -28,8 +33,7 @@ import io
 import mmap
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -53,6 +57,9 @@ _CHUNK_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
+# A frame's size and response header v0 (the correlation id), or v1 (and no tagged field).
+_HEADER_V0 = struct.Struct(">ii")
+_HEADER_V1 = struct.Struct(">iiB")
 
 
 class FrameError(Exception):
@@ -63,8 +70,8 @@ class FrameTooLarge(FrameError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    # A named tuple: built for every request, at a fraction of a frozen dataclass's cost.
     api_key: int
     api_version: int
     correlation_id: int
@@ -119,6 +126,104 @@ async def _read_large(reader: asyncio.StreamReader, size: int) -> bytes:
         buffer.close()
 
 
+class FrameBuffer:
+    """Frames out of bytes as they arrive (sans-IO): ``feed`` what a connection received,
+    then ``take`` whole frames' payloads in order.
+
+    A frame's size is checked against the limit as soon as its prefix is there, before its
+    payload arrives (``FrameTooLarge``). Bytes are kept without a copy while they hold whole
+    frames (one request per read, the common case, costs one slice), and appended to a
+    buffer only when a frame is split between reads. A frame above 64 KiB is filled into an
+    anonymous memory mapping of its size as its bytes arrive, as ``read_frame`` does: memory
+    for the pages written only, given back whole when the frame is taken or ``close``d.
+    """
+
+    __slots__ = ("_at", "_data", "_filled", "_large")
+
+    def __init__(self) -> None:
+        self._data: bytes | bytearray = b""
+        self._at = 0
+        self._large: mmap.mmap | None = None
+        self._filled = 0
+
+    def feed(self, data: bytes | bytearray) -> None:
+        large = self._large
+        if large is not None:
+            used = min(len(data), len(large) - self._filled)
+            large[self._filled : self._filled + used] = data[:used]
+            self._filled += used
+            if used == len(data):
+                return
+            data = data[used:]
+        if self._at == len(self._data):
+            self._data, self._at = data, 0
+            return
+        if isinstance(self._data, bytes):
+            self._data = bytearray(memoryview(self._data)[self._at :])
+            self._at = 0
+        elif self._at > _CHUNK_BYTES:
+            del self._data[: self._at]
+            self._at = 0
+        self._data += data
+
+    def buffered(self) -> int:
+        """Bytes received and not taken yet, outside a large frame's mapping."""
+        return len(self._data) - self._at
+
+    def cut_short(self) -> str | None:
+        """What an end of stream here cuts short, as ``read_frame`` says it (``None``: no
+        frame was begun)."""
+        if self._large is not None:
+            return f"connection closed inside a frame of {len(self._large)} bytes"
+        left = len(self._data) - self._at
+        if not left:
+            return None
+        if left < _SIZE.size:
+            return "connection closed inside a frame's size"
+        (size,) = _SIZE.unpack_from(self._data, self._at)
+        return f"connection closed inside a frame of {size} bytes"
+
+    def take(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes | None:
+        """The next whole frame's payload, ``None`` until it has arrived; ``FrameTooLarge``
+        for a size above ``max_bytes`` (or negative)."""
+        large = self._large
+        if large is not None:
+            if self._filled < len(large):
+                return None
+            payload = large[:]
+            large.close()
+            self._large = None
+            return payload
+        data, at = self._data, self._at
+        if len(data) - at < _SIZE.size:
+            return None
+        (size,) = _SIZE.unpack_from(data, at)
+        if size < 0 or size > max_bytes:
+            raise FrameTooLarge(f"frame of {size} bytes (the limit is {max_bytes})")
+        start = at + _SIZE.size
+        end = start + size
+        if size > _CHUNK_BYTES:
+            self._large, self._filled = mmap.mmap(-1, size), 0
+            held = data
+            self._data, self._at = b"", 0
+            self.feed(held[start:])
+            return self.take(max_bytes)
+        if end > len(data):
+            return None
+        self._at = end
+        if isinstance(data, bytes):
+            return data[start:end]
+        with memoryview(data) as view:
+            return bytes(view[start:end])
+
+    def close(self) -> None:
+        """Give back what is held (the connection is gone)."""
+        if self._large is not None:
+            self._large.close()
+            self._large = None
+        self._data, self._at = b"", 0
+
+
 def frame(payload: bytes) -> bytes:
     """``payload`` with its size prefix."""
     return _SIZE.pack(len(payload)) + payload
@@ -152,38 +257,50 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 
 
 def read_request(
-    payload: bytes, caps: Mapping[str, int] | None = None
+    payload: bytes, caps: Mapping[str, int] | None = None, fixed: RequestHeader | None = None
 ) -> tuple[RequestHeader, Any]:
     """Header and kio body of a request whose API version kio knows; ``FrameError`` if not,
     if a length or count does not fit the frame (or one of ``caps``: top-level array field
     -> most elements, see ``bounds``), or if the bytes do not decode as that request
-    (trailing bytes included)."""
-    fixed = peek_request_header(payload)
+    (trailing bytes included). ``fixed``: the frame's ``peek_request_header``, if the
+    caller has it already."""
+    if fixed is None:
+        fixed = peek_request_header(payload)
     schema = request_type(fixed.api_key, fixed.api_version)
     if schema is None:
         raise FrameError(f"unknown API key {fixed.api_key} version {fixed.api_version}")
-    name = f"{schema.__name__} v{fixed.api_version}"
     try:
         # Header v2 is v1 plus a tagged-fields section. Kafka's RequestHeader defines no
         # tagged field, so a broker skips whatever tags a client sends there; kio's reader
         # would refuse unknown tags, so v1's fields are read and the section is skipped.
         # (v1's only length, the int16 client id's, is checked by kio against the bytes.)
         header: Any
-        header, offset = entity_reader(RequestHeaderV1)(payload, 0)
+        header, offset = _read_header_v1(payload, 0)
         if schema.__flexible__:
-            offset = skip_tagged_fields(payload, offset)
+            if offset < len(payload) and not payload[offset]:
+                offset += 1  # no tagged field (what every client sends)
+            else:
+                offset = skip_tagged_fields(payload, offset)
         end = bounds.check(schema, payload, offset, caps)
     except Exception as error:  # kio raises assorted errors on malformed input
-        raise FrameError(f"malformed {name}: {error}") from None
+        raise FrameError(f"malformed {_name(schema)}: {error}") from None
     if end != len(payload):
-        raise FrameError(f"{name}: {len(payload) - end} bytes after the request")
+        raise FrameError(f"{_name(schema)}: {len(payload) - end} bytes after the request")
     try:
         body, _ = _read_body(schema, payload, offset)
     except Exception as error:
-        raise FrameError(f"malformed {name}: {error}") from None
+        raise FrameError(f"malformed {_name(schema)}: {error}") from None
     return RequestHeader(
         fixed.api_key, fixed.api_version, fixed.correlation_id, header.client_id
     ), body
+
+
+_read_header_v1 = entity_reader(RequestHeaderV1)
+
+
+def _name(schema: type[Any]) -> str:
+    """How errors name a message: ``ConsumerGroupHeartbeatRequest v1``."""
+    return f"{schema.__name__} v{schema.__version__}"
 
 
 def _read_body(schema: type[Any], payload: bytes, offset: int) -> tuple[Any, int]:
@@ -221,7 +338,14 @@ def skip_tagged_fields(payload: bytes, offset: int) -> int:
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
-    """A framed response: header (v0 for ApiVersions and non-flexible versions, else v1)."""
+    """A framed response: header (v0 for ApiVersions and non-flexible versions, else v1).
+    ``body`` is kio's response, or its bytes already encoded (a handler's template for an
+    answer it gives thousands of times a second)."""
+    if isinstance(body, bytes):
+        flexible = api_key != API_VERSIONS_KEY and response_type(api_key, api_version).__flexible__
+        if flexible:
+            return _HEADER_V1.pack(len(body) + 5, correlation_id, 0) + body
+        return _HEADER_V0.pack(len(body) + 4, correlation_id) + body
     buffer = io.BytesIO()
     if api_key != API_VERSIONS_KEY and body.__flexible__:
         entity_writer(ResponseHeaderV1)(
