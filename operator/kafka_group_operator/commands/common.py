@@ -18,10 +18,11 @@ base install, and imports no client: a wrong invocation fails before any is load
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -334,3 +335,17 @@ def list_groups(args: argparse.Namespace) -> list[dict[str, Any]]:
     except (ValueError, KeyError, TypeError):
         raise CommandError(f"unexpected reply from {url}: {raw[:80]!r}") from None
     return groups
+
+
+# --event-loop of the long-running commands: uvloop's (the default) or asyncio's own.
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop ``--event-loop`` names: uvloop's by default (a steady heartbeat on the
+    Kafka listener costs less CPU on it: bench/protocol), or asyncio's own."""
+    if name == "asyncio":
+        return asyncio.new_event_loop
+    import uvloop
+
+    return uvloop.new_event_loop

@@ -46,7 +46,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +88,6 @@ MIRROR_TO_KAFKA = "mirrorToKafka"
 MIRROR_INTERVAL_SECONDS = "mirrorIntervalSeconds"
 DEFAULT_MIRROR_INTERVAL_SECONDS = 5
 MAX_MIRROR_INTERVAL_SECONDS = 3600
-
-
-# --event-loop: uvloop's (the default) or asyncio's own.
-EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 def register(subparsers: Any) -> None:
@@ -206,23 +202,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--event-loop",
         default="uvloop",
-        choices=EVENT_LOOPS,
+        choices=common.EVENT_LOOPS,
         help="the event loop the coordinator runs on (default uvloop; asyncio: Python's own)",
     )
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
     parser.set_defaults(func=run)
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """The event loop ``--event-loop`` names: uvloop's by default (a steady heartbeat on the
-    Kafka listener costs less CPU on it: bench/protocol), or asyncio's own."""
-    if name == "asyncio":
-        return asyncio.new_event_loop
-    import uvloop
-
-    return uvloop.new_event_loop
 
 
 def read_directory(args: argparse.Namespace) -> discovery.Directory:
@@ -744,7 +730,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with (
             contextlib.suppress(asyncio.CancelledError),
-            asyncio.Runner(loop_factory=loop_factory(args.event_loop)) as runner,
+            asyncio.Runner(loop_factory=common.loop_factory(args.event_loop)) as runner,
         ):
             runner.run(
                 serve(
