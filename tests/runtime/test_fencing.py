@@ -78,12 +78,10 @@ def _groups_on(partition: int, count: int, prefix: str = "g") -> list[str]:
 # ------------------------------------------------------------------------------ the writer
 
 
-def test_the_transactional_ids_name_topic_partition_and_lane() -> None:
-    ids = {i for p in range(PARTITIONS) for i in writer.transactional_ids("state", p)}
-    assert len(ids) == PARTITIONS * writer.LANES
+def test_the_transactional_id_names_topic_and_partition() -> None:
+    ids = {writer.transactional_id("state", p) for p in range(PARTITIONS)}
+    assert len(ids) == PARTITIONS
     assert writer.transactional_id("state", 3) != writer.transactional_id("other", 3)
-    # Lane 0 is the single producer's id of earlier versions, which a holder thus fences.
-    assert writer.transactional_ids("state", 3)[0] == "state.3.writer"
     # Kafka refuses a transactional.id with a slash (INVALID_REQUEST).
     assert all("/" not in i for i in ids)
 
@@ -116,33 +114,6 @@ async def test_a_newer_writer_fences_the_older_one_for_good(
         # Only the partition another writer took is lost.
         await first.append(1, [record])
         await second.append(0, [record])
-    finally:
-        first.stop()
-        second.stop()
-
-
-@pytest.mark.parametrize("lane", range(writer.LANES))
-async def test_a_newer_writer_fences_every_lane_of_the_older_one(
-    broker: embedded.EmbeddedBroker, lane: int
-) -> None:
-    """The older writer's transactions take its lanes in turn: whichever lane its next one
-    would run on, the newer writer's start fenced it."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    try:
-        # The first transaction starts the lanes and runs on lane 0, the next on lane 1...:
-        # after ``lane`` transactions (and a whole turn more), the next runs on ``lane``.
-        for offset in range(lane + writer.LANES):
-            await first.append(0, [_record(offset)])
-        await second.append(0, [_record(100)])
-        with pytest.raises(runtime_errors.WriterFenced):
-            await first.append(0, [_record(101)])
-        log = logs.read_partition(broker.bootstrap, name, 0)
-        assert _record(101) not in log
     finally:
         first.stop()
         second.stop()
@@ -249,21 +220,22 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
     broker: embedded.EmbeddedBroker,
 ) -> None:
     """A start that timed out and was given up may still complete later, with a newer
-    epoch: that fences the writer's current producers, though no other coordinator took the
-    partition. The write fails (retriable); the next one starts new producers."""
+    epoch: that fences the writer's current producer, though no other coordinator took the
+    partition. The write fails (retriable); the next one starts a new producer."""
     name = logs.unique_topic()
     _state_topic(broker.bootstrap, name, 1)
     alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
     alone.start()
     try:
         await alone.append(0, [_record(1)])
-        # The abandoned producers: the same transactional ids (whichever lane the next
-        # write takes), and no take marker before them.
-        for transactional_id in writer.transactional_ids(name, 0):
-            abandoned = Producer(
-                {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}
-            )
-            await asyncio.to_thread(abandoned.init_transactions, 10)
+        # The abandoned producer: the same transactional id, and no take marker before it.
+        abandoned = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": writer.transactional_id(name, 0),
+            }
+        )
+        await asyncio.to_thread(abandoned.init_transactions, 10)
         with pytest.raises(runtime_errors.WriteFailed) as failed:
             await alone.append(0, [_record(2)])
         assert not isinstance(failed.value, runtime_errors.WriterFenced)

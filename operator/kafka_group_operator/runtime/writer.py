@@ -59,7 +59,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -69,11 +69,6 @@ from kafka_group_records import codec, records
 logger = logging.getLogger(__name__)
 
 EncodedRecord = tuple[bytes, bytes | None]
-
-# Transactional producers per state partition, used in turn (see ``_PartitionProducer.transact``).
-# Every coordinator of a state topic must use the same number: a new holder fences the
-# lanes it knows of, and a lane it does not know would go on writing.
-LANES = 2
 
 # A newer producer holds this transactional.id. librdkafka reports it locally as _FENCED,
 # brokers as PRODUCER_FENCED or, from older brokers, INVALID_PRODUCER_EPOCH.
@@ -95,19 +90,10 @@ COORDINATOR_NONCE_PREFIX = "coordinator-"
 _PROBE = "probe"
 
 
-def transactional_id(topic: str, partition: int, lane: int = 0) -> str:
-    """The ``transactional.id`` of lane ``lane`` of the producers writing ``partition`` of
-    ``topic``: whoever writes that partition uses these ids, so the newest holder fences
-    every older one on every lane. Lane 0 keeps the id of the single producer of earlier
-    versions, which a holder of this version therefore fences too."""
-    if lane == 0:
-        return f"{topic}.{partition}.writer"
-    return f"{topic}.{partition}.writer.{lane}"
-
-
-def transactional_ids(topic: str, partition: int) -> tuple[str, ...]:
-    """Every ``transactional.id`` a holder of ``partition`` writes with, lane by lane."""
-    return tuple(transactional_id(topic, partition, lane) for lane in range(LANES))
+def transactional_id(topic: str, partition: int) -> str:
+    """The ``transactional.id`` of the producer writing ``partition`` of ``topic``: whoever
+    writes that partition uses it, so the newest holder fences every older one."""
+    return f"{topic}.{partition}.writer"
 
 
 class _MarkerProducer:
@@ -162,32 +148,8 @@ class _MarkerProducer:
             producer.flush(timeout_s)
 
 
-def _in_parallel(
-    call: Callable[[int], None], lanes: Sequence[int]
-) -> dict[int, KafkaException | errors.WriteFailed]:
-    """``call`` for every lane at once (librdkafka's calls block), the first in this thread;
-    the error of each lane whose call failed."""
-    failures: dict[int, KafkaException | errors.WriteFailed] = {}
-
-    def one(lane: int) -> None:
-        try:
-            call(lane)
-        except (KafkaException, errors.WriteFailed) as error:
-            failures[lane] = error
-
-    threads = [threading.Thread(target=one, args=(lane,), daemon=True) for lane in lanes[1:]]
-    for thread in threads:
-        thread.start()
-    if lanes:
-        one(lanes[0])
-    for thread in threads:
-        thread.join()
-    return failures
-
-
 class _PartitionProducer:
-    """One partition's transactional producers (its lanes, used in turn) and the thread
-    their blocking calls run on."""
+    """One partition's transactional producer and the thread its blocking calls run on."""
 
     def __init__(
         self,
@@ -203,28 +165,16 @@ class _PartitionProducer:
         self._nonce_prefix = nonce_prefix
         self._markers = markers
         self._reader_config = dict(reader_config)
-        self._configs = [
-            {**config, "transactional.id": transactional_id(topic, partition, lane)}
-            for lane in range(LANES)
-        ]
+        self._config = {**config, "transactional.id": transactional_id(topic, partition)}
         self._timeout_s = int(config["message.timeout.ms"]) / 1000
         self._thread = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"state-writer-{partition}"
         )
-        # The lanes once every one of them has fenced its older holders; empty before.
-        self._lanes: list[Producer] = []
-        # The lane the next transaction runs on.
-        self._turn = 0
-        # A start in progress: the lanes whose init_transactions completed, and those whose
-        # init_transactions timed out (the next start resumes them).
-        self._ready: dict[int, Producer] = {}
-        self._starting: dict[int, Producer] = {}
+        self._producer: Producer | None = None
+        # A producer whose init_transactions timed out: the next start resumes it.
+        self._starting: Producer | None = None
         # Offset of the last record this writer committed to the partition (-1: none yet).
         self._last_committed = -1
-        # Per lane, the offset of its last committed record, or of the marker after this
-        # writer's latest start if later: a probe reads from the earliest of them (see
-        # ``_read_to_a_probe``).
-        self._committed_on = [-1] * LANES
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
         self._in_doubt = False
         # Where the probe reads have got to without finding another coordinator's marker.
@@ -244,9 +194,39 @@ class _PartitionProducer:
         ``init_transactions`` just settled every older holder's transaction, so the marker
         follows everything they committed); one whose producer runs already commits it in a
         transaction, which fails if another coordinator fenced it since."""
-        if self._lanes or self.fenced:
-            return self.transact([marker])
-        self._start_producer()
+        if self._producer is None and not self.fenced:
+            return self._start_producer(marker)
+        return self.transact([marker])
+
+    def _start_producer(self, marker: EncodedRecord | None = None) -> int:
+        """A new transactional producer that fenced every older holder; the offset of the
+        marker written after the fencing (``marker``, or a take marker)."""
+        try:
+            if self._in_doubt and self._last_committed >= 0:
+                self._look_for_a_new_holder()
+            self._in_doubt = False
+            # Said before it fences: an older holder whose write the fencing cut short
+            # probes the log after it, and so finds this marker (see the module docstring).
+            self._append_plain_marker("take")
+            # A start that timed out resumes with the same producer (librdkafka's advice):
+            # a new one would ask the brokers for a new epoch again, and an overloaded
+            # broker might never get through.
+            producer = self._starting or Producer(self._config)
+            self._starting = producer
+            producer.init_transactions(self._timeout_s)
+        except KafkaException as error:
+            failure: KafkaError = error.args[0]
+            if failure.fatal() or not failure.retriable():
+                self._starting = None
+            raise errors.WriteFailed(
+                f"cannot start the state producer: {failure.str()}", failure.name()
+            ) from error
+        self._starting = None
+        self._producer = producer
+        # And once more after: the older holder may have committed between the first
+        # marker and the fencing, and its probe reads only from its last commit on.
+        if marker is None:
+            return self._append_plain_marker("take")
         try:
             return self._markers.append(self.topic, self.partition, *marker)
         except KafkaException as error:
@@ -254,74 +234,14 @@ class _PartitionProducer:
                 f"cannot write a marker: {error.args[0].str()}", "COORDINATOR_NOT_AVAILABLE"
             ) from error
 
-    def _start_producer(self) -> None:
-        """New transactional producers, one per lane, each of which fenced every older
-        holder's producer of its lane and said so with a take marker."""
-        try:
-            if self._in_doubt and self._last_committed >= 0:
-                self._look_for_a_new_holder()
-            self._in_doubt = False
-            # Said before it fences: an older holder whose write the fencing cut short
-            # probes the log after it, and so finds this marker (see the module docstring).
-            before = self._append_plain_marker("take")
-            # A start that timed out resumes with the same producer (librdkafka's advice):
-            # a new one would ask the brokers for a new epoch again, and an overloaded broker
-            # might never get through.
-            for lane in range(LANES):
-                if lane not in self._ready and lane not in self._starting:
-                    self._starting[lane] = Producer(self._configs[lane])
-        except KafkaException as error:
-            failure: KafkaError = error.args[0]
-            raise errors.WriteFailed(
-                f"cannot start the state producer: {failure.str()}", failure.name()
-            ) from error
-        # The lanes fence in parallel: a start (a load) waits for one round of
-        # init_transactions, not one per lane.
-        failures = _in_parallel(self._fence_lane, sorted(self._starting))
-        if failures:
-            first = failures[min(failures)]
-            if isinstance(first, errors.WriteFailed):
-                raise first
-            raise errors.WriteFailed(
-                f"cannot start the state producer: {first.args[0].str()}", first.args[0].name()
-            ) from first
-        self._lanes = [self._ready[lane] for lane in range(LANES)]
-        self._ready = {}
-        self._turn = 0
-        # Anything another coordinator took the partition with follows this writer's first
-        # take marker: until every lane has committed, a probe reads from there.
-        self._committed_on = [before] * LANES
-
-    def _fence_lane(self, lane: int) -> None:
-        """Fence every older holder's producer of ``lane`` (``init_transactions``), then say
-        so with a take marker. The older holder may have committed on this lane between the
-        first take marker and the fencing, and its probe reads only from its lanes' last
-        commits on: this marker lands right after the fencing of the lane whose failure makes
-        it probe, however long another lane's fencing takes."""
-        producer = self._starting[lane]
-        try:
-            producer.init_transactions(self._timeout_s)
-        except KafkaException as error:
-            failure: KafkaError = error.args[0]
-            if failure.fatal() or not failure.retriable():
-                del self._starting[lane]
-            raise
-        self._ready[lane] = self._starting.pop(lane)
-        self._append_plain_marker("take")
-
     def transact(self, batch: Sequence[EncodedRecord]) -> int:
         """In the partition's thread: one transaction holding ``batch``; its last offset."""
         if self.fenced:
             raise self._fenced(KafkaError(KafkaError._FENCED))
-        if not self._lanes:
+        if self._producer is None:
             self._start_producer()
-        # Lanes in turn: the brokers answer a transaction's first AddPartitionsToTxn with
-        # CONCURRENT_TRANSACTIONS while the previous transaction of the same id still has
-        # its markers written, and librdkafka then waits 20 ms before it asks again. The
-        # other lane's last transaction ended a whole transaction earlier.
-        lane = self._turn % LANES
-        producer = self._lanes[lane]
-        self._turn += 1
+        producer = self._producer
+        assert producer is not None
         last_offset = -1
         failures: list[KafkaError] = []
 
@@ -369,7 +289,6 @@ class _PartitionProducer:
             self._drop()
             raise errors.WriteFailed(f"state topic write failed: {failures[0].str()}", "UNKNOWN")
         self._last_committed = max(self._last_committed, last_offset)
-        self._committed_on[lane] = max(self._committed_on[lane], last_offset)
         return last_offset
 
     def _look_for_a_new_holder(self) -> None:
@@ -400,12 +319,9 @@ class _PartitionProducer:
             }
         )
         try:
-            # From the earliest of the lanes' last commits: a new holder fences the lanes one
-            # by one after its take marker, so a lane not yet fenced may have committed after
-            # that marker while another lane's commit before it was the last on that lane.
             # What an earlier probe read already holds no foreign marker: each retry (each
             # appending a probe of its own) goes on from there, so a slow read still ends.
-            start = max(min(self._committed_on) + 1, self._probed_to, 0)
+            start = max(self._last_committed + 1, self._probed_to)
             consumer.assign([TopicPartition(self.topic, self.partition, start)])
             partition = [TopicPartition(self.topic, self.partition)]
             while time.monotonic() < deadline:
@@ -514,14 +430,12 @@ class _PartitionProducer:
         return errors.WriterFenced(
             self.partition,
             f"state partition {self.partition}: another coordinator's producer took "
-            f"{', '.join(transactional_ids(self.topic, self.partition))} ({error.str()})",
+            f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
         )
 
     def _drop(self) -> None:
-        """Every lane goes: the next append starts them all anew (after a look for a new
-        holder when in doubt), so no lane outlives a failure its sibling had."""
-        lanes, self._lanes = self._lanes, []
-        for producer in lanes:
+        producer, self._producer = self._producer, None
+        if producer is not None:
             # Fail whatever the producer still holds; librdkafka destroys it with the object.
             # A producer in a fatal state (fenced) may raise here too: that must not cut
             # short the caller's verdict, or a fenced writer would go on as merely failed
@@ -531,9 +445,9 @@ class _PartitionProducer:
                 producer.flush(0)
 
     def close(self, timeout_s: float) -> None:
-        """In the partition's thread: abort an unfinished transaction, drop the producers."""
-        lanes, self._lanes = self._lanes, []
-        for producer in lanes:
+        """In the partition's thread: abort an unfinished transaction, drop the producer."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
             try:
                 producer.abort_transaction(timeout_s)
             except KafkaException as error:
