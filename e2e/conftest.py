@@ -8,7 +8,7 @@ The session starts, on loopback (``e2e/support``):
 * a node of our own that runs the pods bound to it as local processes (``support/node.py``):
   the operator's three replicas with their ServiceAccount's token, the consumers, the gateway
   sidecars, each on a loopback address of its own, Services resolved as cluster DNS would;
-* the embedded Kafka broker (tansu).
+* an Apache Kafka node (the reference broker, ``embedded/kafka.py``: its jars fetched once).
 
 Then the chart is installed with its defaults (``kafka.bootstrapServers`` and the state
 topic's replication, for one broker, aside). helm and
@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from e2e.support import controlplane, node
-from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.embedded import kafka
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = "kgo"
@@ -51,19 +51,18 @@ OPERATOR_SELECTOR = (
 OPERATOR_NAMESPACE = "kgo-system"
 # Every wait has its own bound; a test's timeout must exceed the sum of those it may meet.
 CLUSTER_START_S = 900
-# The consuming tests' groups, and the replicas' restart after them (``known_groups``).
-KNOWN_GROUPS_S = 1200
 HELM_WAIT_S = 300
+KAFKA_START_S = 300
 WAIT_S = 300
 SLACK_S = 120
 
 
 def budget(waits: int, polls_s: float = 0) -> pytest.MarkDecorator:
     """A test's timeout: the session fixtures (the cluster's start, the chart's install and
-    uninstall, the known groups: the first and the last test pay for them), ``waits`` bounded
-    waits of ``WAIT_S``, ``polls_s`` seconds of polling, and slack."""
+    uninstall: the first and the last test pay for them), ``waits`` bounded waits of
+    ``WAIT_S``, ``polls_s`` seconds of polling, and slack."""
     return pytest.mark.timeout(
-        CLUSTER_START_S + 2 * HELM_WAIT_S + KNOWN_GROUPS_S + waits * WAIT_S + polls_s + SLACK_S
+        CLUSTER_START_S + 2 * HELM_WAIT_S + waits * WAIT_S + polls_s + SLACK_S
     )
 
 
@@ -237,12 +236,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     except controlplane.ControlPlaneError as error:
         pytest.fail(str(error))
     library = podnet_library()
-    broker = embedded.EmbeddedBroker(port=controlplane.loopback_port())
+    broker = kafka.KafkaCluster()
     control_plane = controlplane.ControlPlane(directory / "control-plane", bin_dir)
     node_process: subprocess.Popen[bytes] | None = None
     saved = os.environ.get("KUBECONFIG")
     try:
-        broker.start(timeout=60)
+        broker.start(timeout=KAFKA_START_S)
+        kafka.warm_up(broker.bootstrap, timeout=KAFKA_START_S)
         control_plane.start()
         os.environ["KUBECONFIG"] = str(control_plane.kubeconfig)
         state = directory / "node"
@@ -301,7 +301,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 node_process.kill()
                 node_process.wait(30)
         control_plane.stop()
-        broker.stop()
+        broker.close()
         if saved is None:
             os.environ.pop("KUBECONFIG", None)
         else:
@@ -331,17 +331,6 @@ def operator(cluster: Cluster) -> Iterator[str]:
     )  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def known_groups(cluster: Cluster, operator: str) -> Iterator[dict[str, Any]]:
-    """The consuming tests' groups, known to every replica (``groups.prepare``), by test."""
-    from e2e import groups
-
-    prepared = groups.prepare(cluster)
-    yield prepared
-    for group in prepared.values():
-        run("kubectl", "delete", "namespace", group.namespace, "--wait=false")
-
-
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
     """A namespace of the test's own, deleted after it."""
@@ -353,40 +342,6 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     )
     yield name
     run("kubectl", "delete", "namespace", name, "--wait=false")
-
-
-# Issue 22, item 1: a replica that neither coordinates a group nor created it refuses the
-# group's token (GROUP_AUTHORIZATION_FAILED where NOT_COORDINATOR is due). Through the chart's
-# load-balanced Service, a member or gateway whose connection lands there fails.
-TOKEN_REFUSED = ("the token is not valid for group", "GROUP_AUTHORIZATION_FAILED")
-
-
-def token_refusals(cluster: Cluster, namespace: str) -> list[str]:
-    """Lines of the namespace's containers (every run of each) refused as issue 22 item 1
-    describes, from the node's logs."""
-    found = []
-    for log in sorted(cluster.state_dir.glob(f"pods/{namespace}_*/containers/*/*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if any(text in line for text in TOKEN_REFUSED):
-                pod = log.parts[-4].split("_")[1]
-                found.append(f"{pod}/{log.parts[-2]}: {line.strip()[:300]}")
-    return found
-
-
-@contextlib.contextmanager
-def known_token_issue(cluster: Cluster, *namespaces: str) -> Iterator[None]:
-    """A failure while the namespaces' pods were refused their group's token is issue 22
-    item 1's (xfail, with the evidence); any other failure fails."""
-    try:
-        yield
-    except (AssertionError, pytest.fail.Exception) as error:
-        refused = [line for namespace in namespaces for line in token_refusals(cluster, namespace)]
-        if refused:
-            pytest.xfail(
-                f"issue 22 item 1 (a replica without the group's token refuses it): "
-                f"{len(refused)} refusals, first: {refused[0]}; the failure: {str(error)[:500]}"
-            )
-        raise
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,8 +232,8 @@ def restart_replicas() -> None:
 
 
 @dataclass(frozen=True)
-class KnownGroup:
-    """A group created before the replicas' restart (see ``prepare``), without members."""
+class Group:
+    """A test's group: its namespace, its topic, its manifest."""
 
     namespace: str
     topic: str
@@ -251,7 +252,7 @@ SHARED_ID = "shared.orders"
 PARTITIONS = 4
 
 
-def _gateway_spec(topic: str) -> dict[str, Any]:
+def gateway_spec(topic: str) -> dict[str, Any]:
     """A ``clientProtocol: kafka`` group's pods: the README's unmodified consumer."""
     return {
         "clientProtocol": "kafka",
@@ -271,58 +272,26 @@ def _gateway_spec(topic: str) -> dict[str, Any]:
     }
 
 
-# The groups the consuming tests use, by test; each one's spec from its topic.
-KNOWN_GROUPS: dict[str, Any] = {
-    "failover": lambda topic: {},
-    "rolling-restart": lambda topic: {},
-    "gateway": _gateway_spec,
-    "snapshot": lambda topic: {},
-    "tenancy": lambda topic: {"groupId": SHARED_ID},
-}
-
-
-def prepare(cluster: Cluster) -> dict[str, KnownGroup]:
-    """Every group of ``KNOWN_GROUPS`` in a namespace of its own, with a topic of its own and
-    no members yet; then the operator's replicas restarted, once.
-
-    Until issue 22 item 1 is fixed, a replica knows a group's token only if it created the
-    group, coordinates it, or started after it (each replica reads every token at its
-    start). The tests that consume (failover, gateway, snapshot, tenancy) measure something
-    else, so their groups are made known to every replica this way; the groups' life in
-    ``test_cluster`` goes without, and ``test_cluster``'s
-    ``test_every_replica_answers_a_group_created_after_it_started`` shows item 1.
-    """
-    known = {}
-    for key, spec in KNOWN_GROUPS.items():
-        namespace = f"e2e-{key}-{uuid.uuid4().hex[:4]}"
-        run("kubectl", "create", "namespace", namespace)
-        topic = create_topic(cluster.bootstrap, PARTITIONS)
-        # A session longer than a Lease (15 s) plus the takeover: members must not notice it.
-        manifest = group_manifest(
-            namespace, "orders", topic, cluster.bootstrap, replicas=0, sessionTimeoutSeconds=45
-        )
-        manifest["spec"].update(spec(topic))
-        apply(manifest)
-        known[key] = KnownGroup(namespace, topic, manifest)
-    for group in known.values():
-        wait_for(
-            lambda group=group: (
-                attempt(
-                    "kubectl", "get", "secret/orders-group-token", "-n", group.namespace
-                ).returncode
-                == 0
-            ),
-            f"the token of {group.namespace}/orders",
-        )
-    restart_replicas()
-    return known
-
-
-def start(group: KnownGroup, members: int) -> None:
-    """Scale a known group to ``members`` and wait until they are all ready."""
-    run("kubectl", "scale", f"cg/{group.name}", "-n", group.namespace, f"--replicas={members}")
+def create(
+    cluster: Cluster,
+    namespace: str,
+    members: int,
+    of_topic: Callable[[str], dict[str, Any]] | None = None,
+    **spec: Any,
+) -> Group:
+    """A group ``orders`` in ``namespace`` on a topic of its own (``PARTITIONS``), created
+    after the operator's replicas started (any of them may be asked for it first), with
+    ``members`` members, all ready. ``spec`` and ``of_topic(topic)`` add to its spec."""
+    topic = create_topic(cluster.bootstrap, PARTITIONS)
+    manifest = group_manifest(namespace, "orders", topic, cluster.bootstrap, replicas=members)
+    manifest["spec"].update(spec)
+    if of_topic is not None:
+        manifest["spec"].update(of_topic(topic))
+    apply(manifest)
+    group = Group(namespace, topic, manifest)
     wait_for(
-        lambda: status(group.namespace, group.name).get("readyMembers") == members,
+        lambda: status(namespace, group.name).get("readyMembers") == members,
         f"{members} members ready",
     )
-    wait_ready(group.namespace, group.name)
+    wait_ready(namespace, group.name)
+    return group

@@ -13,23 +13,23 @@ revoked and lost partition, every processed message) are held to:
 * 0 member crashes: no consumer container restarted.
 
 The figures (time to the new Lease holder, to each member's first acknowledged commit after
-the signal) are printed, one JSON line per failover.
+the signal, each member's longest time between two acknowledged commits) are printed, one JSON
+line per failover and one for the rolling restart.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
+import itertools
 import json
 import os
+import re
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from e2e import groups
@@ -40,7 +40,6 @@ from e2e.conftest import (
     Cluster,
     budget,
     get,
-    known_token_issue,
     run,
     wait_for,
 )
@@ -48,6 +47,9 @@ from kafka_group_records import codec, partitioning, records
 
 STATE_TOPIC = "kafka-group-operator.group-state"  # the chart's stateTopic.name
 STATE_PARTITIONS = 50  # the chart's stateTopic.partitions
+# A member drops its partitions after half its session timeout without a successful
+# heartbeat (the group's sessionTimeoutSeconds: the example's, 45 s).
+DROP_AFTER_S = 45 / 2
 PARTITIONS = 4
 MEMBERS = ["orders-0", "orders-1"]
 SIGNALS = (signal.SIGKILL, signal.SIGKILL, signal.SIGKILL, signal.SIGTERM)
@@ -98,14 +100,37 @@ def _micro(text: str | None) -> float:
     return datetime.datetime.fromisoformat(text).timestamp() if text else 0.0
 
 
-def _held_again(partition: int, since: float) -> tuple[str, float] | None:
+def _held_again(
+    partition: int, since: float, signalled: str, graceful: bool
+) -> tuple[str, float] | None:
     """The partition's holder and since when it holds it, once a live replica renewed it
-    after ``since``: another replica that took it over, or the restarted one resuming it."""
+    after ``since``: another replica that took it over, or the restarted one resuming it.
+    After a SIGTERM the signalled replica may renew once more before it hands over: its own
+    renewals count only for a new acquisition (its restart taking it back)."""
     spec = _lease(partition)["spec"]
-    if _micro(spec.get("renewTime")) <= since or not spec.get("holderIdentity"):
+    holder = spec.get("holderIdentity")
+    if _micro(spec.get("renewTime")) <= since or not holder:
         return None
     acquired = _micro(spec.get("acquireTime"))
-    return str(spec["holderIdentity"]), acquired if acquired > since else _micro(spec["renewTime"])
+    if graceful and holder == signalled and acquired <= since:
+        return None
+    return str(holder), acquired if acquired > since else _micro(spec["renewTime"])
+
+
+def _largest_commit_gap(
+    found: dict[str, list[dict[str, Any]]], start: float, end: float
+) -> dict[str, float]:
+    """Each member's longest time between two acknowledged commits within [start, end] (it
+    commits every second while messages come): how long its coordinator was not serving it."""
+    gaps = {}
+    for pod, events in found.items():
+        times = sorted(
+            e["at"]
+            for e in events
+            if e["event"] == "committed" and e["offsets"] and start <= e["at"] <= end
+        )
+        gaps[pod] = round(max((b - a for a, b in itertools.pairwise(times)), default=0.0), 2)
+    return gaps
 
 
 def _operator_restarts(pod: str) -> int:
@@ -232,61 +257,61 @@ def _check_nothing_lost_or_moved(
 
 @budget(waits=20, polls_s=900)
 def test_killed_and_stopped_coordinators_lose_and_move_nothing(
-    cluster: Cluster, known_groups: dict[str, groups.KnownGroup]
+    cluster: Cluster, operator: str, namespace: str
 ) -> None:
-    group = known_groups["failover"]
-    namespace, topic, gid = group.namespace, group.topic, group.group_id
-    with known_token_issue(cluster, namespace), known_failover_issue(namespace):
-        groups.start(group, len(MEMBERS))
-        state_partition = partitioning.partition_for(gid, STATE_PARTITIONS)
-        with Stream(cluster.bootstrap, topic) as stream:
-            _wait_first_commits(cluster, namespace, gid)
-            before = {"at": time.time(), **groups.read_group(cluster, namespace, "orders", gid)}
-            for number, signum in enumerate(SIGNALS):
-                wait_for(
-                    lambda: groups.replicas_ready() and groups.spread(),
-                    "every replica serving its share",
-                )
-                holder = _lease(state_partition)["spec"]["holderIdentity"]
-                restarts = _operator_restarts(holder)
-                pid = cluster.container_pid(OPERATOR_NAMESPACE, holder, "operator")
-                signalled = time.time()
-                os.kill(pid, signum)
-                new_holder, held_since = wait_for(
-                    lambda signalled=signalled: _held_again(state_partition, signalled),
-                    "the group's partition held again",
-                    every=0.2,
-                )
-                found = wait_for(
-                    lambda signalled=signalled: _all_committing_since(namespace, signalled),
-                    "every member's commits acknowledged again",
-                )
-                # The signalled replica comes back (the node restarts its container).
-                wait_for(
-                    lambda holder=holder, restarts=restarts: _operator_restarts(holder) > restarts,
-                    f"{holder} restarted",
-                )
-                served = {
-                    pod: round(
-                        float(_first_commit_after(found[pod], signalled) or 0) - signalled, 2
-                    )
-                    for pod in MEMBERS
-                }
-                figure = {
-                    "failover": number + 1,
-                    "signal": signal.Signals(signum).name,
-                    "replica": holder,
-                    "next_holder": new_holder,
-                    "partition_held_again_after_s": round(held_since - signalled, 2),
-                    "members_first_acknowledged_commit_after_s": served,
-                }
-                print(json.dumps(figure), flush=True)
-            produced = stream.stop()
-        counts = _check_nothing_lost_or_moved(cluster, namespace, gid, before, produced)
-        print(json.dumps({"produced": produced, **counts}), flush=True)
-        run(
-            "kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s"
-        )
+    group = groups.create(cluster, namespace, len(MEMBERS))
+    topic, gid = group.topic, group.group_id
+    state_partition = partitioning.partition_for(gid, STATE_PARTITIONS)
+    with Stream(cluster.bootstrap, topic) as stream:
+        _wait_first_commits(cluster, namespace, gid)
+        before = {"at": time.time(), **groups.read_group(cluster, namespace, "orders", gid)}
+        for number, signum in enumerate(SIGNALS):
+            wait_for(
+                lambda: groups.replicas_ready() and groups.spread(),
+                "every replica serving its share",
+            )
+            holder = _lease(state_partition)["spec"]["holderIdentity"]
+            restarts = _operator_restarts(holder)
+            pid = cluster.container_pid(OPERATOR_NAMESPACE, holder, "operator")
+            signalled = time.time()
+            os.kill(pid, signum)
+            graceful = signum == signal.SIGTERM
+            new_holder, held_since = wait_for(
+                lambda signalled=signalled, holder=holder, graceful=graceful: _held_again(
+                    state_partition, signalled, holder, graceful
+                ),
+                "the group's partition held again",
+                every=0.2,
+            )
+            found = wait_for(
+                lambda signalled=signalled: _all_committing_since(namespace, signalled),
+                "every member's commits acknowledged again",
+            )
+            # The signalled replica comes back (the node restarts its container).
+            wait_for(
+                lambda holder=holder, restarts=restarts: _operator_restarts(holder) > restarts,
+                f"{holder} restarted",
+            )
+            served = {
+                pod: round(float(_first_commit_after(found[pod], signalled) or 0) - signalled, 2)
+                for pod in MEMBERS
+            }
+            gaps = _largest_commit_gap(_member_events(namespace), signalled - 5, time.time())
+            figure = {
+                "failover": number + 1,
+                "signal": signal.Signals(signum).name,
+                "replica": holder,
+                "next_holder": new_holder,
+                "partition_held_again_after_s": round(held_since - signalled, 2),
+                "members_first_acknowledged_commit_after_s": served,
+                "largest_commit_gap_s": gaps,
+            }
+            print(json.dumps(figure), flush=True)
+            assert max(gaps.values()) < DROP_AFTER_S, figure
+        produced = stream.stop()
+    counts = _check_nothing_lost_or_moved(cluster, namespace, gid, before, produced)
+    print(json.dumps({"produced": produced, **counts}), flush=True)
+    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
 
 
 def _wait_first_commits(cluster: Cluster, namespace: str, gid: str) -> None:
@@ -297,73 +322,58 @@ def _wait_first_commits(cluster: Cluster, namespace: str, gid: str) -> None:
     )
 
 
-# Issue 22, item 2: with the chart's 15 s Leases a group is served again 15-21 s after its
-# coordinator dies; members drop their partitions after sessionTimeout/2 (22.5 s) without a
-# successful heartbeat, and one retrying with back-off may pass that deadline.
-DROPPED = "no successful heartbeat for"
-
-
-@contextlib.contextmanager
-def known_failover_issue(namespace: str) -> Iterator[None]:
-    """A failure while a member dropped its partitions for want of a heartbeat during a
-    failover is issue 22 item 2's (xfail, with the evidence); any other failure fails."""
-    try:
-        yield
-    except (AssertionError, pytest.fail.Exception) as error:
-        dropped = [
-            f"{pod}: {line.strip()[:300]}"
-            for pod in MEMBERS
-            for line in groups.log_text(namespace, pod).splitlines()
-            if DROPPED in line
-        ]
-        if dropped:
-            pytest.xfail(
-                f"issue 22 item 2 (failover slower than the members' drop deadline): "
-                f"{dropped[0]}; the failure: {str(error)[:500]}"
-            )
-        raise
-
-
-# Issue 22, item 2: a stopping replica stops answering before its partitions' next holder
-# serves them, so members see NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS for seconds.
-HEARTBEAT_FAILED = "heartbeat failed"
+# A member's line for a heartbeat the coordinator did not answer with success, and the answers
+# a handover may give: the stopping replica no longer has the group (NOT_COORDINATOR) and the
+# next holder is still loading it past the member API's hold (COORDINATOR_LOAD_IN_PROGRESS: a
+# load takes under a second on a quiet machine, several on a loaded one).
+HEARTBEAT_FAILED = re.compile(r"heartbeat failed \((\w+)\)")
+HANDOVER_ANSWERS = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"}
 
 
 @budget(waits=16, polls_s=600)
-def test_a_rolling_restart_costs_no_heartbeat(
-    cluster: Cluster, known_groups: dict[str, groups.KnownGroup]
+def test_a_rolling_restart_moves_nothing_and_keeps_the_members_served(
+    cluster: Cluster, operator: str, namespace: str
 ) -> None:
-    group = known_groups["rolling-restart"]
-    namespace, topic, gid = group.namespace, group.topic, group.group_id
-    with known_token_issue(cluster, namespace), known_failover_issue(namespace):
-        groups.start(group, len(MEMBERS))
-        with Stream(cluster.bootstrap, topic) as stream:
-            _wait_first_commits(cluster, namespace, gid)
-            before = {"at": time.time(), **groups.read_group(cluster, namespace, "orders", gid)}
-            failed_before = {
-                pod: groups.log_text(namespace, pod).count(HEARTBEAT_FAILED) for pod in MEMBERS
-            }
-            started = time.time()
-            groups.restart_replicas()
-            print(json.dumps({"rolling_restart_s": round(time.time() - started, 1)}), flush=True)
-            produced = stream.stop()
-        counts = _check_nothing_lost_or_moved(cluster, namespace, gid, before, produced)
-        failed = {
-            pod: [
-                line
-                for line in groups.log_text(namespace, pod).splitlines()
-                if HEARTBEAT_FAILED in line
-            ][failed_before[pod] :]
-            for pod in MEMBERS
-        }
-        errors = sum(len(lines) for lines in failed.values())
-        print(json.dumps({"produced": produced, **counts, "heartbeat_errors": errors}), flush=True)
-        run(
-            "kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s"
-        )
-        if errors:
-            first = next(line for lines in failed.values() for line in lines)
-            pytest.xfail(
-                f"issue 22 item 2 (a stopping replica stops answering before its partitions are "
-                f"served elsewhere): {errors} heartbeat errors, first: {first[:300]}"
-            )
+    """A rolling restart of the operator, while the group consumes: nothing lost or moved, no
+    member crash (``_check_nothing_lost_or_moved``), and the members' heartbeats meet nothing
+    but the handover's retriable answers, each member served again within its drop deadline.
+    The count of such answers and the longest gaps are printed: they follow the takeovers'
+    loads, hence the machine's load (none at all on a quiet machine)."""
+    group = groups.create(cluster, namespace, len(MEMBERS))
+    topic, gid = group.topic, group.group_id
+    with Stream(cluster.bootstrap, topic) as stream:
+        _wait_first_commits(cluster, namespace, gid)
+        before = {"at": time.time(), **groups.read_group(cluster, namespace, "orders", gid)}
+        started = time.time()
+        groups.restart_replicas()
+        ended = time.time()
+        produced = stream.stop()
+    counts = _check_nothing_lost_or_moved(cluster, namespace, gid, before, produced)
+    answers = Counter(
+        match.group(1)
+        for pod in MEMBERS
+        for line in groups.log_text(namespace, pod).splitlines()
+        if (match := HEARTBEAT_FAILED.search(line)) and _logged_at(line) >= started
+    )
+    gaps = _largest_commit_gap(_member_events(namespace), started, ended)
+    figure = {
+        "rolling_restart_s": round(ended - started, 1),
+        "produced": produced,
+        **counts,
+        "heartbeat_errors": sum(answers.values()),
+        "heartbeat_answers": dict(answers),
+        "largest_commit_gap_s": gaps,
+    }
+    print(json.dumps(figure), flush=True)
+    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
+    assert set(answers) <= HANDOVER_ANSWERS, answers
+    assert max(gaps.values()) < DROP_AFTER_S, gaps
+
+
+def _logged_at(line: str) -> float:
+    """The time of a member's log line (``logging``'s asctime, the machine's local time)."""
+    stamp = line[:23]
+    try:
+        return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return 0.0

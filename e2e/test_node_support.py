@@ -195,6 +195,17 @@ client = socket.socket(); client.connect(("127.0.0.1", server.getsockname()[1]))
 out["localhost_peer"] = client.getpeername()
 machine = socket.socket(); machine.connect(("127.0.0.1", int(sys.argv[1])))
 out["machine_peer"] = machine.getpeername()
+# IPv6 sockets carrying IPv4, as the JVM's are.
+mapped = socket.socket(socket.AF_INET6); mapped.connect(("::ffff:127.0.0.1", out["bound"][1]))
+out["mapped_localhost_peer"] = mapped.getpeername()[:2]
+server6 = socket.socket(socket.AF_INET6); server6.bind(("::", 0)); server6.listen()
+out["bound6"] = server6.getsockname()[:2]
+client6 = socket.socket(socket.AF_INET6); client6.connect(("::ffff:127.0.0.1", out["bound6"][1]))
+out["mapped_localhost_peer6"] = client6.getpeername()[:2]
+client4 = socket.socket(); client4.connect(("127.0.0.1", out["bound6"][1]))
+out["localhost_peer6"] = client4.getpeername()
+machine6 = socket.socket(socket.AF_INET6); machine6.connect(("::ffff:127.0.0.1", int(sys.argv[1])))
+out["mapped_machine_peer"] = machine6.getpeername()[:2]
 try:
     socket.getaddrinfo("absent.shop.svc", 1)
 except socket.gaierror:
@@ -236,4 +247,11 @@ def test_the_pod_network_shim(tmp_path: Path) -> None:
     assert out["bound"][0] == "127.9.0.2"
     assert out["localhost_peer"] == out["bound"]
     assert out["machine_peer"][0] == "127.0.0.1"
+    # The same through IPv6 sockets in IPv4-mapped form (a JVM connecting to a Python server
+    # on 127.0.0.1, as Spark does to its Python workers; a JVM listening on "::").
+    assert out["mapped_localhost_peer"] == ["::ffff:127.9.0.2", out["bound"][1]]
+    assert out["bound6"][0] == "::ffff:127.9.0.2"
+    assert out["mapped_localhost_peer6"] == out["bound6"]
+    assert out["localhost_peer6"] == ["127.9.0.2", out["bound6"][1]]
+    assert out["mapped_machine_peer"][0] == "::ffff:127.0.0.1"
     assert out["absent"] == "unresolved"

@@ -16,7 +16,6 @@ from e2e.conftest import (
     WAIT_S,
     Cluster,
     budget,
-    known_token_issue,
     run,
     wait_for,
 )
@@ -62,46 +61,38 @@ def _on_node(cluster: Cluster, location: str) -> Path:
 
 @budget(waits=8, polls_s=SNAPSHOT_WAIT_S)
 def test_a_snapshot_holds_the_committed_offsets(
-    cluster: Cluster, known_groups: dict[str, groups.KnownGroup]
+    cluster: Cluster, operator: str, namespace: str
 ) -> None:
-    group = known_groups["snapshot"]
-    namespace, topic, gid = group.namespace, group.topic, group.group_id
-    with known_token_issue(cluster, namespace):
-        groups.start(group, 2)
-        groups.produce(cluster.bootstrap, topic, MESSAGES, PARTITIONS)
-        committed = wait_for(
-            lambda: (
-                view["offsets"]
-                if sum(
-                    (view := groups.read_group(cluster, namespace, "orders", gid))[
-                        "offsets"
-                    ].values()
-                )
-                >= MESSAGES
-                else None
-            ),
-            f"{MESSAGES} messages committed",
-            every=2,
-        )
-        groups.apply(_snapshot(namespace))
-        status = wait_for(
-            lambda: (
-                found
-                if (found := _status(namespace)).get("phase") in ("Succeeded", "Failed")
-                else None
-            ),
-            "the snapshot finished",
-            within=SNAPSHOT_WAIT_S,
-            every=3,
-        )
-        assert status["phase"] == "Succeeded", status
-        assert status["records"] == PARTITIONS
-        written = _on_node(cluster, status["location"])
-        table = pq.read_table(written / "offsets.parquet").to_pylist()
-        assert {f"{row['topic']}:{row['partition']}": row["offset"] for row in table} == committed
-        manifest_json = json.loads((written / "manifest.json").read_text())
-        assert manifest_json["group"] == gid
-        assert manifest_json["checksum"] == status["checksum"]
-        run(
-            "kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s"
-        )
+    group = groups.create(cluster, namespace, 2)
+    topic, gid = group.topic, group.group_id
+    groups.produce(cluster.bootstrap, topic, MESSAGES, PARTITIONS)
+    committed = wait_for(
+        lambda: (
+            view["offsets"]
+            if sum(
+                (view := groups.read_group(cluster, namespace, "orders", gid))["offsets"].values()
+            )
+            >= MESSAGES
+            else None
+        ),
+        f"{MESSAGES} messages committed",
+        every=2,
+    )
+    groups.apply(_snapshot(namespace))
+    status = wait_for(
+        lambda: (
+            found if (found := _status(namespace)).get("phase") in ("Succeeded", "Failed") else None
+        ),
+        "the snapshot finished",
+        within=SNAPSHOT_WAIT_S,
+        every=3,
+    )
+    assert status["phase"] == "Succeeded", status
+    assert status["records"] == PARTITIONS
+    written = _on_node(cluster, status["location"])
+    table = pq.read_table(written / "offsets.parquet").to_pylist()
+    assert {f"{row['topic']}:{row['partition']}": row["offset"] for row in table} == committed
+    manifest_json = json.loads((written / "manifest.json").read_text())
+    assert manifest_json["group"] == gid
+    assert manifest_json["checksum"] == status["checksum"]
+    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e import groups
-from e2e.conftest import WAIT_S, Cluster, attempt, budget, get, known_token_issue, run, wait_for
+from e2e.conftest import WAIT_S, Cluster, attempt, budget, get, run, wait_for
 
 SHARED_ID = groups.SHARED_ID
 
@@ -36,80 +36,74 @@ def _absent(kind: str, name: str, namespace: str) -> bool:
 
 @budget(waits=14)
 def test_one_resource_owns_a_group_id(
-    cluster: Cluster, known_groups: dict[str, groups.KnownGroup], other_namespace: str
+    cluster: Cluster, operator: str, namespace: str, other_namespace: str
 ) -> None:
-    owner = known_groups["tenancy"]
-    namespace, topic = owner.namespace, owner.topic
+    owner = groups.create(cluster, namespace, 1, groupId=SHARED_ID)
+    topic = owner.topic
     assert owner.group_id == SHARED_ID
-    with known_token_issue(cluster, namespace, other_namespace):
-        groups.start(owner, 1)
-        groups.produce(cluster.bootstrap, topic, 100, 4)
-        committed = wait_for(
-            lambda: (
-                view["offsets"]
-                if sum(
-                    (view := groups.read_group(cluster, namespace, "orders", SHARED_ID))[
-                        "offsets"
-                    ].values()
-                )
-                >= 100
-                else None
-            ),
-            "the owner's commits",
-            every=2,
-        )
-        token = groups.token(namespace, "orders")
-        before = groups.read_group(cluster, namespace, "orders", SHARED_ID)
+    groups.produce(cluster.bootstrap, topic, 100, 4)
+    committed = wait_for(
+        lambda: (
+            view["offsets"]
+            if sum(
+                (view := groups.read_group(cluster, namespace, "orders", SHARED_ID))[
+                    "offsets"
+                ].values()
+            )
+            >= 100
+            else None
+        ),
+        "the owner's commits",
+        every=2,
+    )
+    token = groups.token(namespace, "orders")
+    before = groups.read_group(cluster, namespace, "orders", SHARED_ID)
 
-        # A claimant in another namespace: refused, nothing made for it.
-        claimant = groups.group_manifest(
-            other_namespace, "claimant", topic, cluster.bootstrap, replicas=1, groupId=SHARED_ID,
-            deletionPolicy="Delete",
-        )  # fmt: skip
-        groups.apply(claimant)
-        wait_for(
-            lambda: _reason(other_namespace, "claimant") == "GroupIdConflict", "GroupIdConflict"
-        )
-        assert groups.condition(other_namespace, "claimant")["status"] == "False"
-        assert _absent("secret", "claimant-group-token", other_namespace)
-        assert _absent("statefulset", "claimant", other_namespace)
+    # A claimant in another namespace: refused, nothing made for it.
+    claimant = groups.group_manifest(
+        other_namespace, "claimant", topic, cluster.bootstrap, replicas=1, groupId=SHARED_ID,
+        deletionPolicy="Delete",
+    )  # fmt: skip
+    groups.apply(claimant)
+    wait_for(lambda: _reason(other_namespace, "claimant") == "GroupIdConflict", "GroupIdConflict")
+    assert groups.condition(other_namespace, "claimant")["status"] == "False"
+    assert _absent("secret", "claimant-group-token", other_namespace)
+    assert _absent("statefulset", "claimant", other_namespace)
 
-        # The same name in the other namespace is another group (its id has the namespace).
-        namesake = groups.group_manifest(
-            other_namespace, "orders", topic, cluster.bootstrap, replicas=0
-        )
-        groups.apply(namesake)
-        wait_for(
-            lambda: not _absent("secret", "orders-group-token", other_namespace),
-            "the namesake's own token",
-        )
-        assert groups.token(other_namespace, "orders") != token
-        assert _reason(other_namespace, "orders") != "GroupIdConflict"
+    # The same name in the other namespace is another group (its id has the namespace).
+    namesake = groups.group_manifest(
+        other_namespace, "orders", topic, cluster.bootstrap, replicas=0
+    )
+    groups.apply(namesake)
+    wait_for(
+        lambda: not _absent("secret", "orders-group-token", other_namespace),
+        "the namesake's own token",
+    )
+    assert groups.token(other_namespace, "orders") != token
+    assert _reason(other_namespace, "orders") != "GroupIdConflict"
 
-        # Deleting the claimant (deletionPolicy Delete) removes nothing of the owner's.
-        run(
-            "kubectl", "delete", "cg/claimant", "-n", other_namespace,
-            "--wait=true", f"--timeout={WAIT_S}s",
-        )  # fmt: skip
-        assert groups.token(namespace, "orders") == token
-        after = groups.read_group(cluster, namespace, "orders", SHARED_ID)
-        assert after["assignment"] == before["assignment"]
-        assert all(after["offsets"][p] >= o for p, o in committed.items())
+    # Deleting the claimant (deletionPolicy Delete) removes nothing of the owner's.
+    run(
+        "kubectl", "delete", "cg/claimant", "-n", other_namespace,
+        "--wait=true", f"--timeout={WAIT_S}s",
+    )  # fmt: skip
+    assert groups.token(namespace, "orders") == token
+    after = groups.read_group(cluster, namespace, "orders", SHARED_ID)
+    assert after["assignment"] == before["assignment"]
+    assert all(after["offsets"][p] >= o for p, o in committed.items())
 
-        # An heir waits while the owner lives, and takes the id (and its offsets) over once
-        # the owner is deleted under Retain.
-        heir = groups.group_manifest(
-            other_namespace, "heir", topic, cluster.bootstrap, replicas=0, groupId=SHARED_ID
-        )
-        groups.apply(heir)
-        wait_for(lambda: _reason(other_namespace, "heir") == "GroupIdConflict", "the heir waits")
-        last = groups.read_group(cluster, namespace, "orders", SHARED_ID)["offsets"]
-        run(
-            "kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s"
-        )
-        wait_for(
-            lambda: not _absent("secret", "heir-group-token", other_namespace),
-            "the heir's token (it owns the id)",
-        )
-        assert groups.read_group(cluster, other_namespace, "heir", SHARED_ID)["offsets"] == last
-        assert get("cg", "heir", other_namespace)["spec"]["groupId"] == SHARED_ID
+    # An heir waits while the owner lives, and takes the id (and its offsets) over once
+    # the owner is deleted under Retain.
+    heir = groups.group_manifest(
+        other_namespace, "heir", topic, cluster.bootstrap, replicas=0, groupId=SHARED_ID
+    )
+    groups.apply(heir)
+    wait_for(lambda: _reason(other_namespace, "heir") == "GroupIdConflict", "the heir waits")
+    last = groups.read_group(cluster, namespace, "orders", SHARED_ID)["offsets"]
+    run("kubectl", "delete", "cg/orders", "-n", namespace, "--wait=true", f"--timeout={WAIT_S}s")
+    wait_for(
+        lambda: not _absent("secret", "heir-group-token", other_namespace),
+        "the heir's token (it owns the id)",
+    )
+    assert groups.read_group(cluster, other_namespace, "heir", SHARED_ID)["offsets"] == last
+    assert get("cg", "heir", other_namespace)["spec"]["groupId"] == SHARED_ID

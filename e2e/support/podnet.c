@@ -8,6 +8,9 @@
  * - An address of its own: each pod has a loopback address of its own (PODNET_IP, also its
  *   status.podIP). A bind to the wildcard or to 127.0.0.1 binds that address instead, so the
  *   same container port in two pods never clashes.
+ * - The same for IPv6 sockets carrying IPv4 (the JVM's: ::ffff:127.0.0.1 and "::"): they bind
+ *   and connect to the pod's address in its IPv4-mapped form. The machine has no other IPv6
+ *   address a pod could use.
  * - Its own 127.0.0.1: a connect to 127.0.0.1:port goes to the pod's address when something
  *   listens there (a sidecar on "localhost"), else to 127.0.0.1 (the machine, where the
  *   control plane and the Kafka broker listen).
@@ -65,6 +68,20 @@ static int is_localhost(struct in_addr address) {
     return address.s_addr == htonl(INADDR_LOOPBACK);
 }
 
+/* The IPv4 address an IPv6 one maps (::ffff:a.b.c.d), in ``out``; 1 when it is one. */
+static int mapped_ipv4(const struct in6_addr *address, struct in_addr *out) {
+    if (!IN6_IS_ADDR_V4MAPPED(address)) return 0;
+    memcpy(&out->s_addr, &address->s6_addr[12], 4);
+    return 1;
+}
+
+static void map_ipv4(struct in6_addr *address, struct in_addr ipv4) {
+    memset(address, 0, sizeof *address);
+    address->s6_addr[10] = 0xff;
+    address->s6_addr[11] = 0xff;
+    memcpy(&address->s6_addr[12], &ipv4.s_addr, 4);
+}
+
 int bind(int fd, const struct sockaddr *address, socklen_t length) {
     pthread_once(&once, init);
     if (have_pod_ip && address != NULL && address->sa_family == AF_INET &&
@@ -76,25 +93,42 @@ int bind(int fd, const struct sockaddr *address, socklen_t length) {
             return real_bind(fd, (const struct sockaddr *)&own, sizeof own);
         }
     }
+    if (have_pod_ip && address != NULL && address->sa_family == AF_INET6 &&
+        length >= sizeof(struct sockaddr_in6)) {
+        struct sockaddr_in6 own;
+        memcpy(&own, address, sizeof own);
+        struct in_addr ipv4;
+        int wildcard = IN6_IS_ADDR_UNSPECIFIED(&own.sin6_addr) ||
+                       (mapped_ipv4(&own.sin6_addr, &ipv4) &&
+                        (ipv4.s_addr == htonl(INADDR_ANY) || is_localhost(ipv4)));
+        if (wildcard) {
+            map_ipv4(&own.sin6_addr, pod_ip);
+            return real_bind(fd, (const struct sockaddr *)&own, sizeof own);
+        }
+    }
     return real_bind(fd, address, length);
 }
 
-/* Whether a socket listens on the pod's address and this port (host byte order). */
+/* Whether a socket listens on the pod's address and this port (host byte order): an IPv4
+ * socket, or an IPv6 one on the address's mapped form (its last word, as /proc prints it). */
 static int pod_listens(unsigned int port) {
-    FILE *table = fopen("/proc/net/tcp", "re");
-    if (table == NULL) return 0;
-    char line[512];
+    static const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    static const char *formats[] = {" %*d: %8X:%4X %*8X:%*4X %2X",
+                                    " %*d: 0000000000000000FFFF0000%8X:%4X %*32X:%*4X %2X"};
     int found = 0;
-    if (fgets(line, sizeof line, table) == NULL) { /* the header */
+    for (int t = 0; t < 2 && !found; t++) {
+        FILE *table = fopen(tables[t], "re");
+        if (table == NULL) continue;
+        char line[512];
+        if (fgets(line, sizeof line, table) != NULL) { /* the header */
+            while (!found && fgets(line, sizeof line, table) != NULL) {
+                unsigned int ip, local_port, state;
+                if (sscanf(line, formats[t], &ip, &local_port, &state) == 3)
+                    found = state == 0x0A && ip == pod_ip.s_addr && local_port == port;
+            }
+        }
         fclose(table);
-        return 0;
     }
-    while (!found && fgets(line, sizeof line, table) != NULL) {
-        unsigned int ip, local_port, state;
-        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X", &ip, &local_port, &state) == 3)
-            found = state == 0x0A && ip == pod_ip.s_addr && local_port == port;
-    }
-    fclose(table);
     return found;
 }
 
@@ -106,6 +140,17 @@ int connect(int fd, const struct sockaddr *address, socklen_t length) {
         memcpy(&target, address, sizeof target);
         if (is_localhost(target.sin_addr) && pod_listens(ntohs(target.sin_port))) {
             target.sin_addr = pod_ip;
+            return real_connect(fd, (const struct sockaddr *)&target, sizeof target);
+        }
+    }
+    if (have_pod_ip && address != NULL && address->sa_family == AF_INET6 &&
+        length >= sizeof(struct sockaddr_in6)) {
+        struct sockaddr_in6 target;
+        memcpy(&target, address, sizeof target);
+        struct in_addr ipv4;
+        if (mapped_ipv4(&target.sin6_addr, &ipv4) && is_localhost(ipv4) &&
+            pod_listens(ntohs(target.sin6_port))) {
+            map_ipv4(&target.sin6_addr, pod_ip);
             return real_connect(fd, (const struct sockaddr *)&target, sizeof target);
         }
     }
