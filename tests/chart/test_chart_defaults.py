@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kafka_group_operator.handlers import config
 from tests.chart import test_chart
 from tests.support import kube_schema
 
@@ -163,3 +164,38 @@ def test_the_chart_needs_native_sidecars(version: str, accepted: bool) -> None:
     assert (done.returncode == 0) is accepted, done.stderr
     if not accepted:
         assert "incompatible with Kubernetes" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "delay_ms", "policy"),
+    [
+        ((), 3_000, "bidirectional"),
+        (("groups.initialRebalanceDelayMs=0", "groups.consumerMigrationPolicy=downgrade"), 0,
+         "downgrade"),
+    ],
+)  # fmt: skip
+def test_kafkas_group_settings_reach_the_operator(
+    values: tuple[str, ...], delay_ms: int, policy: str
+) -> None:
+    """What the chart renders is what the operator reads: Kafka's defaults unless set."""
+    sets = [arg for value in values for arg in ("--set", value)]
+    env = env_of(test_chart._render(*REQUIRED, *sets))
+    coordinator = config.OperatorConfig.from_env(
+        {
+            "KGO_BOOTSTRAP_SERVERS": "k:1",
+            **{k: v for k, v in env.items() if k.startswith("KGO_GROUP_")},
+        }
+    ).coordinator
+    assert coordinator.initial_rebalance_delay_ms == delay_ms
+    assert coordinator.migration_policy.value == policy
+
+
+@pytest.mark.parametrize(
+    "value", ["groups.consumerMigrationPolicy=sideways", "groups.initialRebalanceDelayMs=-1"]
+)
+def test_kafkas_group_settings_out_of_range_fail_the_install(value: str) -> None:
+    refused = test_chart._helm(
+        "template", "kgo", str(test_chart.CHART), *REQUIRED, "--set", value, check=False
+    )
+    assert refused.returncode != 0
+    assert value.split("=")[0].split(".")[1] in refused.stderr

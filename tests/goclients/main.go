@@ -1,5 +1,6 @@
 // Command clients runs one Go Kafka client the way an application would, for the tests of
-// the coordinator listener behind the gateway (tests/protocol/test_go_clients.py).
+// the coordinator listener behind the gateway (tests/protocol/test_client_compat.py, and
+// tests/protocol/test_go_clients.py with the member modes of member.go).
 //
 //	clients MODE -bootstrap HOST:PORT -group G -topic T [-expect N] [-version V]
 //
@@ -15,6 +16,8 @@
 //	segmentio-group   a segmentio kafka-go Reader in a group: consume -expect, commit, close
 //	franz-group       a franz-go consumer group (range) of Kafka -version at most: consume
 //	                  -expect, commit, leave
+//	franz-member      a franz-go group member driven over stdin (member.go), until told
+//	sarama-member     a sarama group member driven over stdin (member.go), until told
 //
 // Records go to stdout as JSON lines {"partition":P,"offset":O,"value":"..."}; offsets as
 // {"partition":P,"committed":O}. Any failure is a line on stderr and exit status 1.
@@ -79,6 +82,11 @@ func main() {
 		err = segmentioGroup(ctx)
 	case "franz-group":
 		err = franzGroup(ctx)
+	case "franz-member":
+		// A member lives until the test ends it (or closes its stdin).
+		err = franzMember(context.Background())
+	case "sarama-member":
+		err = saramaMember(context.Background())
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}

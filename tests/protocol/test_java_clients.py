@@ -6,22 +6,11 @@ the leader's assignor) or has the coordinator assign (``Server``); and
 ``group.protocol=consumer`` (KIP-848) with ``group.remote.assignor`` uniform and range. Some
 are static members (``group.instance.id``).
 
-One scenario per configuration, each member a JVM of its own (``tests/clients/java``),
-driven over stdin and reporting its ConsumerRebalanceListener calls and records on stdout:
-
-1. a member joins and consumes exactly from the committed offsets (some partitions have
-   commits, one has none: ``auto.offset.reset=earliest``);
-2. a second member joins: partitions move, each revoked by its holder before the newcomer is
-   given it; commitSync and commitAsync (in turn, after each poll, and on revocation) leave
-   every consumed record committed;
-3. ``seek`` replays a partition; ``pause``/``resume`` hold and release one;
-4. static members: the first is killed (SIGKILL; a KIP-848 one closes, leaving with epoch
-   -2) and restarted with the same ``group.instance.id``: it gets its partitions back and
-   nothing moves;
-5. the second is frozen (SIGSTOP) past its session timeout: its partitions move; thawed, it
-   is told it lost them (``onPartitionsLost``) and joins again;
-6. it is killed (SIGKILL): its partitions move once its session timeout has passed;
-7. a dynamic member's ``close()`` leaves the group: its partitions move at once.
+One scenario per configuration (``tests.support.client_scenario``: join and consume from the
+committed offsets, a second member, commits, seek, pause/resume, a static restart, a freeze
+and a kill past the session timeout, a close), each member a JVM of its own
+(``tests/clients/java``), driven over stdin and reporting its ConsumerRebalanceListener calls
+and records on stdout.
 
 They run on Apache Kafka 4.4 (``tests.support.kafka_node``): kafka-clients 4.4 speaks
 ApiVersions v5, which tansu cannot read. The coordinator's state topic lives there too.
@@ -35,46 +24,29 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from kafka_group_operator.coordinator import config as coordinator_config
-from kafka_group_operator.coordinator import messages
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.wire import connection as kafka_connection
 from tests.protocol.test_kip848 import topic_id
-from tests.support import groups, java, kafka_node, topics
+from tests.support import client_scenario, groups, java, kafka_node, topics
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="package")]
 
-PARTITIONS = 3
-PER_PARTITION = 5
-SESSION_MS = 6_000
-WAIT_S = 60
-ALL = set(range(PARTITIONS))
 CLASSIC = "org.apache.kafka.clients.consumer."
-
-
-@dataclass(frozen=True)
-class Config:
-    name: str
-    protocol: str
-    assignor: str
-    # spec.assignment of the group's resource: Client or Server.
-    assignment: str
-    static: bool
-
+PARTITIONS = client_scenario.PARTITIONS
+WAIT_S = client_scenario.WAIT_S
+Config = client_scenario.Config
 
 CONFIGS = [
     Config("classic-range-client", "classic", CLASSIC + "RangeAssignor", "Client", False),
@@ -98,138 +70,37 @@ CONFIGS = [
     Config("consumer-uniform", "consumer", "uniform", "Server", True),
     Config("consumer-range", "consumer", "range", "Server", False),
 ]
+# A frozen member's commits may fail once it is fenced; nothing else may.
+ALLOWED_ERRORS = (
+    "CommitFailedException",
+    "RebalanceInProgressException",
+    "FencedMemberEpochException",
+    "UnknownMemberIdException",
+)
 
 
-class Member:
-    """One JVM consumer: its events as they come, commands on its stdin."""
-
-    def __init__(self, argv: list[str]) -> None:
-        # JAVA_TEST_LOGS names a directory for the JVMs' logs (stderr), to debug a failure.
-        logs = os.environ.get("JAVA_TEST_LOGS")
-        stderr: Any = subprocess.DEVNULL
-        if logs:
-            stderr = open(  # noqa: SIM115 - the process owns it
-                os.path.join(logs, f"{argv[argv.index('-cp') + 2]}-{uuid.uuid4().hex[:6]}.log"),
-                "wb",
-            )
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
-        )
-        self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with self._lock:
-                self.events.append(event)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self.events)
-
-    def send(self, command: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command.encode() + b"\n")
-        self.process.stdin.flush()
-
-    def owned(self) -> set[int]:
-        held: set[int] = set()
-        for event in self.snapshot():
-            if event["event"] == "assigned":
-                held |= set(event["partitions"])
-            elif event["event"] in ("revoked", "lost"):
-                held -= set(event["partitions"])
-        return held
-
-    def records(self, since: int = 0) -> list[tuple[int, int, str]]:
-        return [
-            (p, o, v)
-            for event in self.snapshot()[since:]
-            if event["event"] == "records"
-            for p, o, v in event["records"]
-        ]
-
-    def kinds(self, since: int = 0) -> list[str]:
-        return [event["event"] for event in self.snapshot()[since:]]
-
-    def mark(self) -> int:
-        return len(self.snapshot())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(30)
+def log_path(argv: list[str]) -> str | None:
+    """JAVA_TEST_LOGS names a directory for the JVMs' logs (stderr), to debug a failure."""
+    logs = os.environ.get("JAVA_TEST_LOGS")
+    if not logs:
+        return None
+    return os.path.join(logs, f"{argv[argv.index('-cp') + 2]}-{uuid.uuid4().hex[:6]}.log")
 
 
 def start(
     gateway: protocol_gateway.Gateway, group: str, topic: str, config: Config, instance: str
-) -> Member:
-    return Member(
-        java.command(
-            "JavaMember",
-            f"127.0.0.1:{gateway.port}",
-            group,
-            topic,
-            instance if config.static else "",
-            config.protocol,
-            config.assignor,
-            str(SESSION_MS),
-        )
+) -> client_scenario.Member:
+    argv = java.command(
+        "JavaMember",
+        f"127.0.0.1:{gateway.port}",
+        group,
+        topic,
+        instance if config.static else "",
+        config.protocol,
+        config.assignor,
+        str(client_scenario.SESSION_MS),
     )
-
-
-async def until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> float:
-    """Wait for ``condition`` off the event loop's way; the seconds it took."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
-
-
-def split(*members: Member) -> bool:
-    """Every partition owned by exactly one of ``members``, each owning some."""
-    held = [m.owned() for m in members]
-    return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == ALL
-
-
-def first_assigned_at(member: Member, partition: int, since: int = 0) -> float | None:
-    for event in member.snapshot()[since:]:
-        if event["event"] == "assigned" and partition in event["partitions"]:
-            return float(event["t"])
-    return None
-
-
-def last_released_at(member: Member, partition: int) -> float | None:
-    released = None
-    for event in member.snapshot():
-        if event["event"] in ("revoked", "lost") and partition in event["partitions"]:
-            released = float(event["t"])
-    return released
-
-
-async def committed(
-    runtime: coordinator_runtime.CoordinatorRuntime, group: str, topic: str
-) -> dict[int, int]:
-    fetched = await runtime.fetch_offsets(messages.OffsetFetchRequest(group))
-    return {p: c.offset for (t, p), c in fetched.offsets.items() if t == topic}
-
-
-def produce(bootstrap: str, topic: str, partition: int, values: list[str]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
-    for value in values:
-        producer.produce(topic, value.encode(), partition=partition)
-    assert producer.flush(30) == 0
+    return client_scenario.Member(argv, log_path(argv))
 
 
 @pytest.fixture(scope="module")
@@ -281,185 +152,28 @@ async def test_java_consumer_scenario(
     kafka_gateway: protocol_gateway.Gateway,
     kafka_runtime: coordinator_runtime.CoordinatorRuntime,
 ) -> None:
-    runtime, open_gateway = kafka_runtime, kafka_gateway
-    topic = topics.create_topic(kafka, PARTITIONS, messages_per_partition=PER_PARTITION)
-    await topic_id(runtime, topic)
+    topic = topics.create_topic(
+        kafka, PARTITIONS, messages_per_partition=client_scenario.PER_PARTITION
+    )
+    await topic_id(kafka_runtime, topic)
     group = f"java-{config.name}-{uuid.uuid4().hex[:6]}"
-    await runtime.configure_group(
-        messages.GroupSettings(
-            group,
-            assignor="range" if config.protocol == "consumer" else "cooperative-sticky",
-            session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=300,
-            topics=(topic,),
-            client_assignment=config.assignment == "Client",
-        )
-    )
-    # Committed before anyone joins (an empty group takes an administrative commit).
-    await runtime.commit_offsets(
-        messages.OffsetCommitRequest(
-            group,
-            "",
-            messages.LEAVE_EPOCH,
-            {(topic, 0): messages.CommitOffset(2), (topic, 2): messages.CommitOffset(3)},
-        )
-    )
+    await client_scenario.configure(kafka_runtime, config, group, topic)
     report: dict[str, Any] = {"config": config.name}
-    members: list[Member] = []
-    started = time.monotonic()
     try:
-        # 1. Join; consume exactly from the committed offsets.
-        first = start(open_gateway, group, topic, config, "pod-a")
-        members.append(first)
-        report["first_assignment_s"] = await until(lambda: first.owned() == ALL, "a's assignment")
-        expected = {(0, o) for o in range(2, 5)} | {(1, o) for o in range(5)} | {(2, 3), (2, 4)}
-        await until(lambda: len(first.records()) >= len(expected), "a's records")
-        await asyncio.sleep(0.5)  # nothing more comes
-        consumed = first.records()
-        assert sorted((p, o) for p, o, _ in consumed) == sorted(expected)
-
-        # 2. A second member: partitions move, revoked before they are given.
-        before = first.owned()
-        second = start(open_gateway, group, topic, config, "pod-b")
-        members.append(second)
-        report["rebalance_s"] = await until(lambda: split(first, second), "a split")
-        moved = before - first.owned()
-        report["moved_on_join"] = len(moved)
-        assert moved == second.owned()
-        for partition in moved:
-            released, given = (
-                last_released_at(first, partition),
-                first_assigned_at(second, partition),
-            )
-            assert released is not None
-            assert given is not None
-            assert released <= given, f"p{partition} given to b before a revoked it"
-        for member in (first, second):
-            kinds = member.kinds()
-            assert "error" not in kinds, member.snapshot()
-        await until(lambda: "committed" in first.kinds(), "a's commits")
-
-        async def all_committed() -> bool:
-            return await committed(runtime, group, topic) == dict.fromkeys(ALL, PER_PARTITION)
-
-        deadline = time.monotonic() + WAIT_S
-        while not await all_committed():
-            assert time.monotonic() < deadline, await committed(runtime, group, topic)
-            await asyncio.sleep(0.1)
-
-        # New records reach their partition's owner once each.
-        owner = {p: (first if p in first.owned() else second) for p in ALL}
-        marks = {id(m): m.mark() for m in (first, second)}
-        for partition in ALL:
-            await asyncio.to_thread(produce, kafka, topic, partition, ["n5", "n6"])
-
-        def new_records() -> list[tuple[int, int]]:
-            return sorted((p, o) for m in (first, second) for p, o, _ in m.records(marks[id(m)]))
-
-        await until(lambda: len(new_records()) >= 2 * PARTITIONS, "the new records")
-        assert new_records() == sorted((p, o) for p in ALL for o in (5, 6))
-        for member in (first, second):
-            assert {p for p, _, _ in member.records(marks[id(member)])} <= member.owned()
-
-        # 3. seek replays; pause holds and resume releases.
-        replay = owner[0]
-        mark = replay.mark()
-        replay.send("seek 0 1")
-        await until(lambda: len([r for r in replay.records(mark) if r[0] == 0]) >= 6, "the replay")
-        assert [o for p, o, _ in replay.records(mark) if p == 0][:6] == [1, 2, 3, 4, 5, 6]
-        holder = owner[1]
-        mark = holder.mark()
-        holder.send("pause 1")
-        await until(lambda: "paused" in holder.kinds(mark), "the pause")
-        await asyncio.to_thread(produce, kafka, topic, 1, ["held"])
-        await asyncio.sleep(1.0)
-        assert [r for r in holder.records(mark) if r[0] == 1] == []
-        holder.send("resume 1")
-        await until(lambda: (1, 7, "held") in holder.records(mark), "the resumed record")
-
-        # 4. A static member restarts in place: nothing moves.
-        if config.static:
-            kept = first.owned()
-            mark_b = second.mark()
-            if config.protocol == "consumer":
-                # A KIP-848 static member closing leaves with epoch -2: its partitions wait
-                # for it (killed, its instance id would stay taken until its session ends).
-                first.send("close")
-                await asyncio.to_thread(first.process.wait, 30)
-            else:
-                # A classic static member never leaves: a kill is a restart like any other.
-                first.stop()
-            restarted_at = time.monotonic()
-            first = start(open_gateway, group, topic, config, "pod-a")
-            members.append(first)
-            await until(lambda: first.owned() == kept, "a's partitions back")
-            report["static_restart_s"] = time.monotonic() - restarted_at
-            await asyncio.sleep(0.5)
-            assert second.kinds(mark_b).count("revoked") == 0, second.snapshot()[mark_b:]
-            assert second.kinds(mark_b).count("lost") == 0
-            assert first.owned() == kept
-            report["moved_on_static_restart"] = 0
-
-        # 5. b frozen past its session: its partitions move; thawed, it lost them.
-        mark_b = second.mark()
-        lost = second.owned()
-        os.kill(second.process.pid, signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        try:
-            await until(
-                lambda: first.owned() == ALL, "b's partitions at a", SESSION_MS / 1000 + WAIT_S
-            )
-            report["moved_after_freeze_s"] = time.monotonic() - frozen_at
-        finally:
-            os.kill(second.process.pid, signal.SIGCONT)
-        assert time.monotonic() - frozen_at >= SESSION_MS / 1000 - 0.5
-        await until(lambda: "lost" in second.kinds(mark_b), "b's lost partitions")
-        lost_event = next(e for e in second.snapshot()[mark_b:] if e["event"] == "lost")
-        assert set(lost_event["partitions"]) == lost
-        await until(lambda: split(first, second), "b back in the group")
-
-        # 6. kill -9: b's partitions move after its session timeout.
-        second.stop()
-        killed_at = time.monotonic()
-        await until(lambda: first.owned() == ALL, "b's partitions after the kill")
-        report["moved_after_kill_s"] = time.monotonic() - killed_at
-        assert report["moved_after_kill_s"] >= SESSION_MS / 1000 - 0.5
-
-        # 7. A dynamic member's close leaves the group: its partitions move at once.
-        if not config.static:
-            leaver = start(open_gateway, group, topic, config, "pod-c")
-            members.append(leaver)
-            await until(lambda: split(first, leaver), "c joined")
-            leaver.send("close")
-            closed_at = time.monotonic()
-            await until(lambda: "closed" in leaver.kinds(), "c's close")
-            await until(lambda: first.owned() == ALL, "c's partitions after its close")
-            report["moved_after_close_s"] = time.monotonic() - closed_at
-            assert report["moved_after_close_s"] < SESSION_MS / 1000
-        report["total_s"] = time.monotonic() - started
-        errors_seen = [e for m in members for e in m.snapshot() if e["event"] == "error"]
-        # A frozen member's commits may fail once it is fenced; nothing else may.
-        assert all(
-            e["type"]
-            in (
-                "CommitFailedException",
-                "RebalanceInProgressException",
-                "FencedMemberEpochException",
-                "UnknownMemberIdException",
-            )
-            for e in errors_seen
-        ), errors_seen
+        await client_scenario.run(
+            config,
+            lambda instance: start(kafka_gateway, group, topic, config, instance),
+            kafka,
+            kafka_runtime,
+            group,
+            topic,
+            ALLOWED_ERRORS,
+            report,
+        )
     finally:
-        for member in members:
-            member.stop()
-        path = os.environ.get("JAVA_MATRIX_REPORT")
-        if path:
-            await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
-
-
-def _append(path: str, line: str) -> None:
-    with open(path, "a") as out:
-        out.write(line)
+        await asyncio.to_thread(
+            client_scenario.append_report, os.environ.get("JAVA_MATRIX_REPORT"), report
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -467,7 +181,7 @@ def _append(path: str, line: str) -> None:
 # assignment in the assignment's user data, relayed by the coordinator as it is.
 
 
-class Instance(Member):
+class Instance(client_scenario.Member):
     def state(self) -> str | None:
         states = [e["state"] for e in self.snapshot() if e["event"] == "state"]
         return states[-1] if states else None
@@ -516,22 +230,21 @@ async def test_kafka_streams_word_count_at_least_once(
 
     def produce_lines(lines: list[str]) -> None:
         for index, line in enumerate(lines):
-            produce(kafka, words_in, index % PARTITIONS, [line])
+            client_scenario.produce(kafka, words_in, index % PARTITIONS, [line])
             for word in line.split():
                 expected[word] = expected.get(word, 0) + 1
 
     def instance(name: str) -> Instance:
-        return Instance(
-            java.command(
-                "WordCount",
-                f"127.0.0.1:{kafka_gateway.port}",
-                app,
-                words_in,
-                counts_out,
-                str(tmp_path / name),
-                "at_least_once",
-            )
+        argv = java.command(
+            "WordCount",
+            f"127.0.0.1:{kafka_gateway.port}",
+            app,
+            words_in,
+            counts_out,
+            str(tmp_path / name),
+            "at_least_once",
         )
+        return Instance(argv, log_path(argv))
 
     async def counted() -> None:
         deadline = time.monotonic() + WAIT_S
@@ -560,7 +273,9 @@ async def test_kafka_streams_word_count_at_least_once(
                 and not a_active & b_active
             )
 
-        report["both_running_s"] = await until(running_split, "both instances running")
+        report["both_running_s"] = await client_scenario.until(
+            running_split, "both instances running"
+        )
         await counted()
         report["first_counts_s"] = time.monotonic() - started
         # Standby replicas: each instance keeps a copy of some task the other runs.
@@ -578,7 +293,9 @@ async def test_kafka_streams_word_count_at_least_once(
         await asyncio.sleep(1.0)  # a commit interval or more: nothing left uncommitted
         second.stop()
         killed_at = time.monotonic()
-        await until(lambda: first.tasks()[0] == all_active, "every task at the survivor")
+        await client_scenario.until(
+            lambda: first.tasks()[0] == all_active, "every task at the survivor"
+        )
         report["tasks_moved_after_kill_s"] = time.monotonic() - killed_at
         await asyncio.to_thread(produce_lines, ["the dog barks", "the fox runs"])
         await counted()
@@ -587,7 +304,7 @@ async def test_kafka_streams_word_count_at_least_once(
         restarted = instance("b")
         instances.append(restarted)
         restarted_at = time.monotonic()
-        await until(
+        await client_scenario.until(
             lambda: restarted.state() == "RUNNING" and bool(restarted.tasks()[0]),
             "the restarted instance running",
         )
@@ -598,9 +315,9 @@ async def test_kafka_streams_word_count_at_least_once(
     finally:
         for each in instances:
             each.stop()
-        path = os.environ.get("JAVA_MATRIX_REPORT")
-        if path:
-            await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
+        await asyncio.to_thread(
+            client_scenario.append_report, os.environ.get("JAVA_MATRIX_REPORT"), report
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -801,6 +518,6 @@ async def test_kafka_connect_worker_pair(
             if process.poll() is None:
                 process.kill()
             process.wait(30)
-        path = os.environ.get("JAVA_MATRIX_REPORT")
-        if path:
-            await asyncio.to_thread(_append, path, json.dumps(report) + "\n")
+        await asyncio.to_thread(
+            client_scenario.append_report, os.environ.get("JAVA_MATRIX_REPORT"), report
+        )

@@ -2,7 +2,8 @@
 once per machine and source.
 
 Two builds of one program: ``current`` (the newest sarama) and ``sarama-1.40`` (sarama 1.40.1,
-the last whose consumer group commits with OffsetCommit v1, as sarama 1.22 did). Modules come
+the last whose consumer group commits with OffsetCommit v1, as sarama 1.22 did; built with the
+tag ``sarama140``, without the long-lived member modes of ``member.go``). Modules come
 from the Go module proxy into Go's own module cache; each binary is kept under
 ``${XDG_CACHE_HOME:-~/.cache}/kafka-group-operator/go-clients/<hash of its sources>/``, so a
 machine downloads and builds once. Builds run under a file lock: parallel test workers wait
@@ -23,6 +24,7 @@ from typing import Any
 
 SOURCE = Path(__file__).resolve().parents[1] / "goclients"
 MODFILES = {"current": "go.mod", "sarama-1.40": "sarama140.mod"}
+TAGS = {"current": "", "sarama-1.40": "sarama140"}
 BUILD_TIMEOUT_S = 1800
 # The module's own go.mod/go.sum only (no workspace, no edits); a Go older than the module's
 # fetches the newer toolchain from the module proxy; no VCS stamp (a worktree need not have one).
@@ -45,7 +47,9 @@ def binary(variant: str) -> Path:
     if go is None:
         raise RuntimeError("the Go client tests need Go (apt-get install golang-go)")
     digest = hashlib.sha256()
-    for name in ("main.go", modfile, modfile.removesuffix(".mod") + ".sum"):
+    digest.update(TAGS[variant].encode() + b"\0")
+    sources = sorted(p.name for p in SOURCE.glob("*.go"))
+    for name in (*sources, modfile, modfile.removesuffix(".mod") + ".sum"):
         digest.update(name.encode() + b"\0" + (SOURCE / name).read_bytes())
     target = cache_root() / f"{variant}-{digest.hexdigest()[:16]}" / "clients"
     if target.exists():
@@ -56,7 +60,15 @@ def binary(variant: str) -> Path:
         if not target.exists():
             partial = target.with_suffix(".partial")
             built = subprocess.run(
-                [go, "build", f"-modfile={modfile}", "-o", str(partial), "."],
+                [
+                    go,
+                    "build",
+                    f"-modfile={modfile}",
+                    f"-tags={TAGS[variant]}",
+                    "-o",
+                    str(partial),
+                    ".",
+                ],
                 cwd=SOURCE,
                 env={**os.environ, **BUILD_ENV},
                 capture_output=True,

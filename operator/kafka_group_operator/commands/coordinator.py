@@ -61,10 +61,12 @@ logger = logging.getLogger("kgo.coordinator")
 # Leases, closes every connection, answers or drops what is in flight and aborts open
 # transactions within ``_STEPS_S``; the exit then waits for worker threads until
 # ``_WATCHDOG_S``, and no longer: a librdkafka call still waiting for brokers that are gone
-# returns only at its own timeout.
+# returns only at its own timeout. The watchdog fires 2.5 s before the promise: on a loaded
+# machine the signal handler, the watchdog's own wake-up and the exit each wait for the CPU
+# (1 s of margin was once not enough).
 STOP_GRACE_S = 10.0
-_STEPS_S = STOP_GRACE_S - 2.5
-_WATCHDOG_S = STOP_GRACE_S - 1.0
+_STEPS_S = STOP_GRACE_S - 4.0
+_WATCHDOG_S = STOP_GRACE_S - 2.5
 # How long HTTP requests in flight at a stop may take to finish, and then to be cancelled
 # (aiohttp waits this long for each). A commit cut short is retried at the next
 # coordinator, as after a crash; it is in the log or not, never acknowledged and lost.
