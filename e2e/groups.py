@@ -201,10 +201,12 @@ def acknowledged(found: list[dict[str, Any]]) -> dict[str, int]:
 def spread() -> bool:
     """Every partition Lease held, each replica its fair share (the state after a restart)."""
     listed = json.loads(run("kubectl", "get", "leases", "-n", OPERATOR_NAMESPACE, "-o", "json"))
+    # A Lease released and not yet taken (a handover) has no holder: not held.
     holders = Counter(
-        lease["spec"].get("holderIdentity")
+        holder
         for lease in listed["items"]
         if re.fullmatch(rf"{OPERATOR}-partition-\d+", lease["metadata"]["name"])
+        and (holder := lease["spec"].get("holderIdentity"))
     )
     replicas = {f"{OPERATOR}-{n}" for n in range(3)}
     return sum(holders.values()) == STATE_PARTITIONS and all(
