@@ -22,7 +22,8 @@ The kind of fence goes into every manifest a job writes, so a reader knows which
 When several coordinators split the groups (the operator's replicas), ``--coordinator-url``
 may lead to one that does not serve the group: ``locate`` asks it first which one does
 (``GET /v1/groups/{group}/coordinator``, as Kafka's FindCoordinator) and the job talks to that
-one.
+one at the address it names, even when it names itself: behind the chart's Service the next
+connection may reach another replica.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def locate(coordinator: Coordinator) -> Coordinator:
             reply: Any = json.loads(response.read() or b"{}")
     except (OSError, ValueError):
         return coordinator
-    url = reply.get("url") if isinstance(reply, dict) and not reply.get("self") else None
+    # Its own address even when it serves the group itself ("self"): the given URL may be a
+    # load-balanced Service, whose next connection reaches another replica.
+    url = reply.get("url") if isinstance(reply, dict) else None
     if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         return coordinator
     return Coordinator(url, coordinator.group, coordinator.token)

@@ -26,10 +26,14 @@ from tests.support import groups
 
 DOCUMENT = openapi.document()
 PARTITIONS = 2
-PORTS = {name: embedded.free_port() for name in (0, 1, "stale", "loop-a", "loop-b")}
+PORTS = {
+    name: embedded.free_port() for name in (0, 1, "stale", "loop-a", "loop-b", "moving", "pointing")
+}
 URLS = {p: f"http://127.0.0.1:{PORTS[p]}" for p in (0, 1)}
 # Nothing listens there: a peers map naming a coordinator that is gone.
 GONE = f"http://127.0.0.1:{embedded.free_port()}"
+# The peers map of "pointing" (a test changes whom it names, as the Lease watch would).
+POINTING: dict[int, str] = {}
 
 
 def conforms(body: Any, schema: str) -> None:
@@ -123,7 +127,9 @@ async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients
     """Coordinator ``p`` serves state partition ``p`` at ``URLS[p]``, knowing the other.
     ``"stale"`` serves partition 0 too (the same runtime) with a peers map naming ``GONE`` for
     partition 1; ``"silent"`` serves partition 0 with no peers map; ``"loop-a"`` and
-    ``"loop-b"`` serve partition 0 and each names the other for partition 1."""
+    ``"loop-b"`` serve partition 0 and each names the other for partition 1; ``"moving"``
+    serves partition 1 too, and ``"pointing"`` serves partition 0 naming ``POINTING[1]``
+    (``"moving"`` at first) for partition 1."""
     name = f"discovery-state-{uuid.uuid4().hex[:8]}"
     token_store = tokens.GroupTokens({_group_on(0): "t0", _group_on(1): "t1"})
     async with contextlib.AsyncExitStack() as stack:
@@ -152,9 +158,19 @@ async def coordinators(broker: embedded.EmbeddedBroker) -> AsyncIterator[Clients
                     clients[name] = await _serve(
                         stack, app.build_app(runtime, token_store, loop), PORTS[name]
                     )
+                POINTING[1] = _url("moving")
+                pointing = discovery.Directory(PARTITIONS, frozenset({0}), None, POINTING)
+                clients["pointing"] = await _serve(
+                    stack, app.build_app(runtime, token_store, pointing), PORTS["pointing"]
+                )
                 silent = discovery.Directory(PARTITIONS, frozenset({0}))
                 clients["silent"] = await _serve(
                     stack, app.build_app(runtime, token_store, silent), embedded.free_port()
+                )
+            if partition == 1:
+                moving = discovery.Directory(PARTITIONS, frozenset({1}), _url("moving"))
+                clients["moving"] = await _serve(
+                    stack, app.build_app(runtime, token_store, moving), PORTS["moving"]
                 )
         yield clients
 
@@ -273,3 +289,24 @@ async def test_the_member_client_asks_its_configured_url_again(coordinators: Cli
         assert stuck.coordinator_url == silent_url
     finally:
         stuck.close()
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_followed_coordinator_that_stopped_is_left_within_the_call(
+    coordinators: Clients,
+) -> None:
+    """A rolling restart: the coordinator a member follows hands the group over and stops
+    listening; the member's next call reaches the new one through its configured URL, without
+    an error (the refused request was never sent)."""
+    group = _group_on(1)
+    follower = member_client.CoordinatorClient(_url("pointing"), group, "t1")
+    try:
+        assert await asyncio.to_thread(follower.fetch) == {}
+        assert follower.coordinator_url == _url("moving")
+        POINTING[1] = URLS[1]
+        await coordinators["moving"].close()
+        assert await asyncio.to_thread(follower.fetch) == {}
+        assert follower.coordinator_url == URLS[1]
+    finally:
+        follower.close()

@@ -10,6 +10,8 @@ the job's own temporary directory (a check that came too late).
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import re
 import socket
@@ -437,3 +439,35 @@ def test_a_job_talks_to_the_coordinator_that_serves_its_group(
     assert fence.locate(refused) == refused
     nowhere = fence.Coordinator("http://127.0.0.1:9", group.group, group.token)
     assert fence.locate(nowhere) == nowhere
+
+
+def test_a_coordinator_that_names_itself_is_reached_at_its_own_address() -> None:
+    """Behind the chart's load-balanced Service, the replica that answers "I serve this
+    group" is not the one the job's next connection reaches: the job uses the address the
+    replica gave, not the Service's (on a real cluster every snapshot failed on
+    NOT_COORDINATOR before)."""
+
+    class Replica(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(
+                {"partition": 7, "url": "http://replica-1.example:8080", "self": True}
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Replica)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        service = fence.Coordinator(f"http://127.0.0.1:{server.server_port}", "g", "token")
+        assert fence.locate(service) == fence.Coordinator(
+            "http://replica-1.example:8080", "g", "token"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -273,3 +273,45 @@ async def test_a_group_whose_members_joined_here_is_not_adopted_later(
         )
         assert await coordinator_offsets(operator) == {}
         assert reason_of(kmock, "Ready") != ("False", "AdoptionFailed")
+
+
+async def test_a_deleted_group_takes_the_native_group_with_it(
+    kmock: kube.ApiServer,
+    operator: kube.RunningOperator,
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """``deletionPolicy: Delete`` removes the mirror's copy too: a group created again with
+    the id starts with no offsets, instead of adopting the mirrored ones."""
+    topic = await asyncio.to_thread(topics.create_topic, broker.bootstrap, 2, 10)
+    body = group_body(
+        topic,
+        broker.bootstrap,
+        replicas=1,
+        deletionPolicy="Delete",
+        offsets={"mirrorIntervalSeconds": 1},
+    )
+    await create(kmock, body)
+    await operator.wait_for(lambda: kmock.get("apps/v1/statefulsets", NS, "orders"))
+    committed = {(topic, 0): 4, (topic, 1): 8}
+    async with aiohttp.ClientSession() as session:
+        member = Member(
+            session, operator.config.coordinator_url, token_of(kmock), "orders-0", topic
+        )
+        await heartbeat_until([member], lambda: len(member.partitions) == 2)
+        for (_, partition), offset in committed.items():
+            status, reply = await member.commit(partition, offset)
+            assert status == 200, reply
+        await member.heartbeat(epoch=-1)
+    deadline = time.monotonic() + 60
+    while await native_offsets(broker.bootstrap, topic) != committed:
+        assert time.monotonic() < deadline, "the mirror never caught up"
+        await asyncio.sleep(0.5)
+
+    await kube.api_call(kmock, "DELETE", GROUP_PATH)
+    await operator.wait_for(lambda: kmock.get(CG, NS, "orders") is None)
+    assert "GroupDeleted" in event_reasons(kmock)
+    assert await native_offsets(broker.bootstrap, topic) == {}
+
+    await create(kmock, {**body, "spec": {**body["spec"], "replicas": 0}})
+    await operator.wait_for(lambda: reason_of(kmock, "Adopted") == ("True", "NothingToImport"))
+    assert await coordinator_offsets(operator) == {}

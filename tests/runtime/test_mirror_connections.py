@@ -94,6 +94,40 @@ async def test_a_committer_commits_the_partitions_refused(
         await committer.close()
 
 
+@pytest.mark.broker
+async def test_a_committer_deletes_a_group_and_its_offsets(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """DeleteGroups: the brokers' group and its offsets go (a later reader finds none);
+    deleting a group that is not there is no error."""
+    topic = _create_topic(broker.bootstrap, 2)
+    committer = offset_commits.OffsetCommitter(broker.bootstrap, {}, timeout_s=5)
+    group = logs.unique_topic("deleted")
+    try:
+        assert await committer.commit(group, {(topic, 0): (11, ""), (topic, 1): (12, "")}) == {}
+        assert await committer.delete_group(group) is None
+        assert await asyncio.to_thread(native_groups.offsets, broker.bootstrap, group) == {}
+        assert await committer.delete_group(group) is None
+        assert await committer.delete_group(logs.unique_topic("never")) is None
+    finally:
+        await committer.close()
+
+
+@pytest.mark.broker
+@pytest.mark.tansu_deviation("it deletes a group that has active members")
+async def test_a_group_with_active_members_is_not_deleted(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    topic = _create_topic(broker.bootstrap, 2)
+    committer = offset_commits.OffsetCommitter(broker.bootstrap, {}, timeout_s=5)
+    busy = logs.unique_topic("busy")
+    try:
+        with native_groups.active_member(broker.bootstrap, busy, topic):
+            assert await committer.delete_group(busy) == "NON_EMPTY_GROUP"
+    finally:
+        await committer.close()
+
+
 # --- hostile servers -----------------------------------------------------------------------
 
 

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 # The group coordinator is loading or moving: ask again.
@@ -64,3 +72,35 @@ async def wait_for_offsets(
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"native group {group_id} holds {seen}, not {dict(expected)}")
+
+
+@contextlib.contextmanager
+def active_member(
+    bootstrap: str, group_id: str, topic: str, within: float = 60.0
+) -> Iterator[None]:
+    """A plain consumer of ``group_id`` subscribed to ``topic``, polling (so the brokers count
+    it active) from the time it has an assignment until the block ends."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+    )
+    stop = threading.Event()
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + within
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, f"{group_id}: no assignment within {within} s"
+            consumer.poll(0.2)
+
+        def keep_polling() -> None:
+            while not stop.is_set():
+                consumer.poll(0.2)
+
+        poller = threading.Thread(target=keep_polling, daemon=True)
+        poller.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            poller.join(30)
+    finally:
+        consumer.close()

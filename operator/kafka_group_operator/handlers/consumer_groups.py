@@ -55,7 +55,8 @@ from kafka_group_operator.specs import errors as spec_errors
 GROUP, VERSION, PLURAL = "kafkagroups.io", "v1alpha1", "consumergroups"
 PAUSE_ANNOTATION = f"{lifecycle.DOMAIN}/pause-reconciliation"
 RECONCILIATION_PAUSED = "ReconciliationPaused"
-# A Retain group being deleted waits this many attempts for its final mirror.
+# A group being deleted waits this many attempts for the brokers' own group: its final mirror
+# (Retain), its deletion (Delete).
 _FLUSH_RETRIES = 5
 
 
@@ -603,6 +604,7 @@ async def delete(
             raise kopf.TemporaryError(
                 f"cannot delete group {group_id}: {error}", delay=10
             ) from error
+        await _delete_native(state, body, retry)
         kopf.event(
             body,
             type="Normal",
@@ -650,6 +652,30 @@ async def _flush_mirror(state: lifecycle.OperatorState, body: kopf.Body, retry: 
         type="Warning",
         reason="OffsetsNotMirrored",
         message=f"the group leaves with its native group behind: {flushed.message}",
+    )
+
+
+async def _delete_native(state: lifecycle.OperatorState, body: kopf.Body, retry: int) -> None:
+    """Delete the brokers' own group of the id (the mirror's copy of the offsets, or the ones
+    adopted), after the coordinator's records and the mirror: retried a few times, then the
+    group goes anyway, with a Warning saying what is left."""
+    try:
+        group = parse(body)
+    except spec_errors.SpecError:
+        return  # never reconciled as written: nothing mirrored or adopted
+    left = await native_group.delete_native(state, group)
+    if left is None:
+        return
+    if retry < _FLUSH_RETRIES:
+        raise kopf.TemporaryError(
+            f"cannot delete the native group {group.group_id}: {left}",
+            min(retry_delay(retry, state.config.retry_base_seconds), 10.0),
+        )
+    kopf.event(
+        body,
+        type="Warning",
+        reason="NativeGroupKept",
+        message=f"the brokers' own group {group.group_id} was not deleted: {left}",
     )
 
 

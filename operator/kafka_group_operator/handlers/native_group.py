@@ -12,6 +12,9 @@
   own one group at once.
 * Moving out: before a ``Retain`` group leaves the operator, ``flush`` mirrors what its
   members committed last, so plain Kafka consumers of the same ``group.id`` resume there.
+* Deletion: a ``Delete`` group leaving the operator takes the native group with it
+  (``delete_native``, Kafka's DeleteGroups): else the mirror's copy of its offsets (or
+  those it adopted) would outlive it, and a group created again with the id would adopt them.
 
 The check and the import are two steps: a native consumer that starts between them is not
 held back by the import; the mirror, refused while that consumer runs, then says so.
@@ -43,6 +46,7 @@ from kafka_group_operator.manifests import conditions
 from kafka_group_operator.runtime import mirror
 from kafka_group_operator.specs import consumer_group as specs
 from kafka_group_operator.specs import errors as spec_errors
+from kafka_group_operator.wire import connection, offset_commits
 
 OFFSETS_MIRRORED = "OffsetsMirrored"
 ADOPTED = "Adopted"
@@ -277,6 +281,26 @@ async def flush_before_leaving(
     coordinators = coordinator_port.port_of(state)
     await coordinators.configure_mirror(group.group_id, target)
     return await coordinators.flush_mirror(group.group_id)
+
+
+async def delete_native(
+    state: lifecycle.OperatorState, group: specs.ConsumerGroupSpec
+) -> str | None:
+    """Delete the native group of the group's id with its offsets; None once it is gone (or
+    never was), else why it is still there (``NON_EMPTY_GROUP``: native consumers of the id
+    are active; the brokers unreachable or unable to delete groups)."""
+    try:
+        committer = offset_commits.OffsetCommitter(
+            group.kafka.bootstrap_servers, state.config.kafka_config, _TIMEOUT_SECONDS
+        )
+    except connection.ConfigError as error:
+        return str(error)
+    try:
+        return await committer.delete_group(group.group_id)
+    except offset_commits.CommitFailed as error:
+        return str(error)
+    finally:
+        await committer.close()
 
 
 def condition_patch(

@@ -15,7 +15,11 @@ sends the client back to its configured URL), or until that coordinator cannot b
 disconnect). A request answered ``NOT_COORDINATOR`` with a new address is sent there at once
 (it was not applied: a coordinator answers NOT_COORDINATOR only for what it did not apply),
 as Kafka's consumer sends its request as soon as FindCoordinator answers; a second such answer
-in a row (coordinators naming each other) is raised as ``CoordinatorMoved``, retriable.
+in a row (coordinators naming each other) is raised as ``CoordinatorMoved``, retriable. Likewise
+a coordinator followed since an earlier call that now refuses the connection (it stopped, e.g.
+after handing its partitions over in a rolling restart) is left for the configured URL within
+the same call, as Kafka's consumer looks its coordinator up at once on a disconnect: the
+request was never sent, and the configured URL answers it or names the new coordinator.
 
 A coordinator that dies closes its connections (its kernel does, even after SIGKILL), as one
 that stops does (one that merely lost the group's partition keeps them open and answers
@@ -43,7 +47,19 @@ Json = dict[str, Any]
 
 
 class CoordinatorUnreachable(errors.CoordinatorNotAvailable):
-    """No HTTP answer from the coordinator (connection refused, reset, timed out)."""
+    """No HTTP answer from the coordinator (connection refused, reset, timed out).
+
+    ``unsent``: the request surely never reached it (the connection was refused, or its name
+    no longer resolves), so sending it elsewhere cannot apply it twice."""
+
+    def __init__(self, message: str, unsent: bool = False) -> None:
+        super().__init__(message)
+        self.unsent = unsent
+
+
+# Failures that happen before a request is sent: nothing listens there (a coordinator that
+# stopped or died), or the name is gone (a deleted pod's DNS name).
+UNSENT_ERRORS = (ConnectionRefusedError, socket.gaierror)
 
 
 class CoordinatorMoved(errors.NotCoordinator):
@@ -160,10 +176,19 @@ class CoordinatorClient:
 
         ``deadline`` (a ``time.monotonic()`` instant) bounds the whole call, retries included:
         no socket operation waits past it, and a call that timed out is never repeated. A
-        NOT_COORDINATOR naming another coordinator is sent there once, before the deadline.
+        NOT_COORDINATOR naming another coordinator is sent there once, before the deadline; so
+        is one a followed coordinator refused (to the configured URL).
         """
+        followed = self._parsed != self._configured
         try:
-            return self._request_once(method, path, body, deadline)
+            try:
+                return self._request_once(method, path, body, deadline)
+            except CoordinatorUnreachable as error:
+                # Only where an earlier call was sent: a coordinator named in this call that
+                # is already gone is the configured URL's stale hint, asked again later.
+                if not (followed and error.unsent) or _remaining(deadline) <= 0:
+                    raise
+                return self._request_once(method, path, body, deadline)
         except CoordinatorMoved:
             if _remaining(deadline) <= 0:
                 raise
@@ -198,7 +223,10 @@ class CoordinatorClient:
                     # (unless another thread has followed a newer hint meanwhile).
                     if self._parsed == target:
                         self._follow(self._configured)
-                    raise CoordinatorUnreachable(f"coordinator unreachable: {error}") from error
+                    raise CoordinatorUnreachable(
+                        f"coordinator unreachable: {error}",
+                        unsent=isinstance(error, UNSENT_ERRORS),
+                    ) from error
         try:
             decoded = json.loads(raw) if raw else {}
         except ValueError:

@@ -32,7 +32,9 @@ How, and why so:
   A coordinator fenced without knowing it yet has no new offsets to mirror: its commits can
   no longer be replayed.
 * Offsets that expire or are deleted here are not deleted from the native group: the
-  brokers' own retention (``offsets.retention.minutes``) ends them.
+  brokers' own retention (``offsets.retention.minutes``) ends them. A whole group leaving
+  under ``deletionPolicy: Delete`` is the exception: the operator deletes the native group
+  then (``handlers.native_group.delete_native``).
 """
 
 from __future__ import annotations

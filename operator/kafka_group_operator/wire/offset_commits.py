@@ -18,6 +18,10 @@ clients of the operator, from the same librdkafka properties (``connection``). V
 are the highest both sides know: OffsetCommit v2 to v8 (v9 and later are KIP-848 members'
 commits), FindCoordinator v1 to v6.
 
+The same way, a group that leaves the operator under ``deletionPolicy: Delete`` has its
+brokers' group deleted (DeleteGroups v0 to v2): the mirror's copy of the offsets goes with
+the coordinator's, and a later group of the same id adopts nothing.
+
 A reply's error for a partition is reported by name (``UNKNOWN_MEMBER_ID`` when the
 brokers' group still has active members); a connection that fails, or a reply that does not
 come within the timeout, fails the whole request, closes that connection and forgets the
@@ -38,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as _DeleteGroupsV2
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as _FindCoordinatorV6
 from kio.schema.offset_commit.v8.request import OffsetCommitRequest as _OffsetCommitV8
@@ -50,10 +55,12 @@ logger = logging.getLogger(__name__)
 # API keys as Kafka's message schemas define them (kio is generated from those).
 OFFSET_COMMIT = int(_OffsetCommitV8.__api_key__)
 FIND_COORDINATOR = int(_FindCoordinatorV6.__api_key__)
+DELETE_GROUPS = int(_DeleteGroupsV2.__api_key__)
 # (lowest, highest) versions sent. OffsetCommit v0 and v1 are gone from Kafka 4; v9 and
 # later carry KIP-848 member epochs (and topic ids from v10).
 _OFFSET_COMMIT_VERSIONS = (2, 8)
 _FIND_COORDINATOR_VERSIONS = (1, 6)
+_DELETE_GROUPS_VERSIONS = (0, 2)
 # FindCoordinator's key type for a consumer group (Kafka's CoordinatorType.GROUP).
 _GROUP_KEY_TYPE = i8(0)
 _COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
@@ -67,11 +74,16 @@ class CommitFailed(Exception):
 
 
 def _schema(api_key: int, version: int, kind: str) -> type[Any]:
-    name = {OFFSET_COMMIT: "offset_commit", FIND_COORDINATOR: "find_coordinator"}[api_key]
+    name = {
+        OFFSET_COMMIT: "offset_commit",
+        FIND_COORDINATOR: "find_coordinator",
+        DELETE_GROUPS: "delete_groups",
+    }[api_key]
     module = importlib.import_module(f"kio.schema.{name}.v{version}.{kind}")
     classes = {
         (OFFSET_COMMIT, "request"): "OffsetCommitRequest",
         (FIND_COORDINATOR, "request"): "FindCoordinatorRequest",
+        (DELETE_GROUPS, "request"): "DeleteGroupsRequest",
     }
     return getattr(module, classes[(api_key, kind)])  # type: ignore[no-any-return]
 
@@ -193,6 +205,8 @@ class _BrokerConnection:
         self.find_coordinator_version = _pick(
             _FIND_COORDINATOR_VERSIONS, versions.get(FIND_COORDINATOR), "FindCoordinator"
         )
+        # Picked when used: a broker that cannot delete groups can still be mirrored to.
+        self.versions = dict(versions)
         self._correlation = itertools.count(1)
         self._pending: dict[int, tuple[type[Any], asyncio.Future[Any]]] = {}
         self._reading = asyncio.create_task(self._read_replies())
@@ -333,6 +347,30 @@ class OffsetCommitter:
             if any(code in _COORDINATOR_MOVED for code in failed.values()):
                 self._coordinators.pop(group_id, None)
             return {tp: code.name.upper() for tp, code in failed.items()}
+        raise AssertionError("unreachable")
+
+    async def delete_group(self, group_id: str) -> str | None:
+        """Delete the brokers' group ``group_id`` with its committed offsets (DeleteGroups, as
+        ``kafka-consumer-groups.sh --delete`` sends it): None once it is gone (or never was),
+        else the brokers' error name (``NON_EMPTY_GROUP`` while it has active members).
+        ``CommitFailed`` when the request failed as a whole, or the brokers cannot delete."""
+        for attempt in range(2):
+            address = await self._coordinator(group_id)
+            broker = await self._connection(address)
+            version = _pick(
+                _DELETE_GROUPS_VERSIONS, broker.versions.get(DELETE_GROUPS), "DeleteGroups"
+            )
+            request = _schema(DELETE_GROUPS, version, "request")(groups_names=(group_id,))
+            reply = await self._send(broker, address, request)
+            codes = [result.error_code for result in reply.results if result.group_id == group_id]
+            code = codes[0] if len(codes) == 1 else ErrorCode.unknown_server_error
+            if code in _COORDINATOR_MOVED:
+                self._coordinators.pop(group_id, None)
+                if attempt == 0:
+                    continue
+            if code in (ErrorCode.none, ErrorCode.group_id_not_found):
+                return None
+            return str(code.name.upper())
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
