@@ -806,8 +806,11 @@ class Screen:
         start = _owners(self.group) if before is None else dict(before)
         deadline = time.monotonic() + seconds
         while True:
+            # Checked before the frame is drawn, so the step's last frame shows the group as
+            # it was found settled (drawn first, it could show the state just before).
+            done = until is not None and until()
             self.show(caption, start)
-            if until is not None and until():
+            if done:
                 return True
             if time.monotonic() >= deadline:
                 return False
