@@ -94,6 +94,9 @@ class RangeReader:
         decode = decoding.decode_row
         partition = offsets.partition
         rows: list[columns.Row] = []
+        # The first rows go over at once, so that Spark can start on them while the rest
+        # is read; then batches of ARROW_BATCH_ROWS.
+        handed = 0
         try:
             for batch in topics.read_range(
                 consumer, self.topic, partition, offsets.start, offsets.end
@@ -108,8 +111,9 @@ class RangeReader:
                             message.value(),
                         )
                     )
-                if len(rows) >= ARROW_BATCH_ROWS:
+                if len(rows) >= ARROW_BATCH_ROWS or not handed:
                     yield to_batch(pa, schema, rows)
+                    handed += len(rows)
                     rows = []
             if rows:
                 yield to_batch(pa, schema, rows)

@@ -34,6 +34,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from kafka_group_jobs import errors
 
 DEFAULT_KAFKA_PORT = 9092
+# ``read_range``: the most messages one call hands over, and how long it waits for the first.
+READ_BATCH = 10_000
+READ_WAIT_S = 0.5
 
 
 class TopicError(errors.JobError):
@@ -257,7 +260,12 @@ def read_range(
     position = start
     quiet_since = time.monotonic()
     while position < end:
-        batch = consumer.consume(num_messages=10_000, timeout=0.5)
+        # What is queued already, else the first message to arrive: ``consume`` returns early
+        # only with a full batch, so a batch call with a timeout would wait it out whenever
+        # fewer records were queued (the first fetches, a range's tail at the log end).
+        batch = consumer.consume(num_messages=READ_BATCH, timeout=0) or consumer.consume(
+            num_messages=1, timeout=READ_WAIT_S
+        )
         wanted = []
         for message in batch:
             error = message.error()

@@ -21,14 +21,6 @@ from pyspark.sql import functions as F
 from kafka_group_jobs import columns
 
 TOPIC_PARTITION = ["topic", "partition"]
-COMMIT_COLUMNS = (
-    "topic",
-    "topic_partition",
-    "committed_offset",
-    "leader_epoch",
-    "metadata",
-    "commit_timestamp",
-)
 # What compaction needs of each record: its place, its bytes, and whether it is a marker.
 COMPACTION_COLUMNS = ("partition", "offset", "key", "value", "record_type")
 
@@ -74,15 +66,28 @@ def group_offsets(
     )
     if as_of_ms is not None:
         commits = as_of(commits, as_of_ms)
-    # Only what the result needs travels through the shuffle.
-    commits = commits.select("key", "offset", "value", *COMMIT_COLUMNS)
-    return live(latest_per_key(commits)).select(
+    # One group's commit keys are its (topic, partition)s, so the newest per key is the newest
+    # per (topic, partition). Only what the result needs travels through the sort and the
+    # shuffle: no key or value bytes, a tombstone as a flag.
+    newest = commits.groupBy("topic", "topic_partition").agg(
+        F.max_by(
+            F.struct(
+                F.col("value").isNull().alias("deleted"),
+                "committed_offset",
+                "leader_epoch",
+                "metadata",
+                "commit_timestamp",
+            ),
+            F.col("offset"),
+        ).alias("newest")
+    )
+    return newest.where(~F.col("newest.deleted")).select(
         "topic",
         F.col("topic_partition").alias("partition"),
-        F.col("committed_offset").alias("offset"),
-        "leader_epoch",
-        "metadata",
-        "commit_timestamp",
+        F.col("newest.committed_offset").alias("offset"),
+        "newest.leader_epoch",
+        "newest.metadata",
+        "newest.commit_timestamp",
     )
 
 
