@@ -1,0 +1,213 @@
+"""The benchmark runner's command line: ``python -m bench NAME [options]``, or ``all``.
+
+Each benchmark is a module ``bench/<name>.py`` that declares its options with
+``add_options(parser)`` and runs with ``main(options) -> int`` (the parsed options), writing
+``bench/results/<name>*.json``. The runner knows every benchmark's name and one-line
+description without importing it, so ``--help`` and ``--list`` start nothing; it imports the
+one benchmark named, builds that benchmark's parser, and refuses unknown names and options
+with one line and exit status 2 before anything runs. ``all`` runs every benchmark in turn,
+with its defaults (``all --quick``: the quick variant of each that has one); it must be asked
+for by name, as a run of all of them takes hours. ``python -m bench.NAME [options]`` is the
+same as ``python -m bench NAME [options]``.
+
+``jobs`` and ``protocol`` still parse their own argument lists (``main(argv)``); their options
+are declared here (``LEGACY_OPTIONS``), checked the same way, and handed on as
+``--name[=value]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NoReturn, Protocol, cast
+
+PROG = "python -m bench"
+
+# Name and one line each, in the order ``all`` runs them.
+BENCHMARKS: dict[str, str] = {
+    "assignors": "our assignors against kafka-python's, on the same inputs",
+    "coordinator": "one coordinator shard's cost per heartbeat, join and state load",
+    "state_topic": "the state topic's commit path and start-up load against Kafka-native peers",
+    "rebalance": "join latency, rolling restarts and heartbeat capacity against a Kafka group",
+    "jobs": "the Spark jobs (snapshot, compaction) against a single-process peer",
+    "protocol": "the coordinator's Kafka listener: ConsumerGroupHeartbeats per second",
+    "frames": "what the wire frame checks cost per request",
+    "gateway": "a confluent-kafka consumer through kgo gateway against one reading directly",
+    "join": "an unmodified confluent-kafka consumer's join, through the gateway and direct",
+    "failover": "three coordinator replicas on partition Leases, one killed",
+    "failover_kafka": "Kafka's own group coordinator failing over, for comparison",
+    "takeover": "a coordinator taking over a state partition of 100,000 live keys",
+    "scale": "10,000 groups and 100,000 members on three coordinator replicas",
+    "member": "the member library against a plain confluent-kafka consumer, per message and batch",
+}
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class LegacyOption:
+    """An option of a benchmark that parses its own argument list."""
+
+    flag: str
+    help: str
+    metavar: str | None = None  # None: a flag without a value
+
+
+LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
+    "jobs": (
+        LegacyOption("--quick", "smaller sizes"),
+        LegacyOption("--sizes", "record counts to measure, comma-separated", "N,N,..."),
+        LegacyOption("--loader-only", "only the checkpoint loader, at the largest size"),
+        LegacyOption("--first-record-only", "only the time to the first record"),
+        LegacyOption("--no-loader", "skip the checkpoint loader"),
+        LegacyOption("--no-warm", "skip the runs in an already running Spark session"),
+    ),
+    "protocol": (LegacyOption("--quick", "fewer members and shorter rounds"),),
+}
+
+
+class Benchmark(Protocol):
+    """What a benchmark module provides."""
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def main(self, options: argparse.Namespace) -> int: ...
+
+
+class UsageError(Exception):
+    """A command line that cannot run: one line for the user, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are raised (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One benchmark to run, with its parsed options."""
+
+    name: str
+    options: argparse.Namespace
+
+
+def top_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run one benchmark (or all of them) and write bench/results/*.json.",
+        epilog=f"'{PROG} NAME --help' shows a benchmark's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help=f"a benchmark (see --list), or '{ALL}' to run every one in turn (hours)",
+    )
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options")
+    return parser
+
+
+def benchmark_parser(name: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of one benchmark's options (imports its module, unless it is legacy)."""
+    parser = _Parser(prog=prog or f"{PROG} {name}", description=BENCHMARKS.get(name))
+    if name == ALL:
+        parser.description = "Every benchmark in turn, each with its defaults."
+        parser.add_argument(
+            "--quick", action="store_true", help="the quick variant of each that has one"
+        )
+    elif name in LEGACY_OPTIONS:
+        for option in LEGACY_OPTIONS[name]:
+            if option.metavar is None:
+                parser.add_argument(option.flag, action="store_true", help=option.help)
+            else:
+                parser.add_argument(option.flag, metavar=option.metavar, help=option.help)
+    else:
+        _module(name).add_options(parser)
+    return parser
+
+
+def parse(argv: Sequence[str]) -> list[Invocation] | None:
+    """The benchmarks ``argv`` asks for, in order; None for ``--list`` (printed). Raises
+    ``UsageError`` for anything else than a known name with its own options."""
+    top = top_parser().parse_args(argv)
+    if top.list:
+        if top.name is not None:
+            raise UsageError(f"{PROG}: --list takes no benchmark name")
+        width = max(map(len, BENCHMARKS)) + 2
+        for name, description in BENCHMARKS.items():
+            print(f"{name:<{width}}{description}")
+        return None
+    if top.name is None:
+        raise UsageError(
+            f"{PROG}: name a benchmark, or '{ALL}' to run every one (see {PROG} --list)"
+        )
+    if top.name != ALL and top.name not in BENCHMARKS:
+        raise UsageError(f"{PROG}: unknown benchmark {top.name!r} (see {PROG} --list)")
+    options = benchmark_parser(top.name).parse_args(top.options)
+    if top.name != ALL:
+        return [Invocation(top.name, options)]
+    return [Invocation(name, _defaults(name, quick=options.quick)) for name in BENCHMARKS]
+
+
+def _defaults(name: str, quick: bool) -> argparse.Namespace:
+    parser = benchmark_parser(name)
+    if quick:
+        try:
+            return parser.parse_args(["--quick"])
+        except UsageError:
+            pass  # it has no quick variant
+    return parser.parse_args([])
+
+
+def _module(name: str) -> Benchmark:
+    return cast(Benchmark, importlib.import_module(f"bench.{name}"))
+
+
+def _legacy_argv(name: str, options: argparse.Namespace) -> list[str]:
+    argv = []
+    for option in LEGACY_OPTIONS[name]:
+        value = getattr(options, option.flag.removeprefix("--").replace("-", "_"))
+        if option.metavar is None and value:
+            argv.append(option.flag)
+        elif option.metavar is not None and value is not None:
+            argv.append(f"{option.flag}={value}")
+    return argv
+
+
+def run(invocation: Invocation) -> int:
+    if invocation.name in LEGACY_OPTIONS:
+        legacy = cast(
+            Callable[[list[str]], int], importlib.import_module(f"bench.{invocation.name}").main
+        )
+        return legacy(_legacy_argv(invocation.name, invocation.options))
+    return _module(invocation.name).main(invocation.options)
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        invocations = parse(argv)
+    except UsageError as error:
+        print(error, file=sys.stderr)
+        return 2
+    status = 0
+    for invocation in invocations or []:
+        if invocations and len(invocations) > 1:
+            print(f"== bench {invocation.name}", flush=True)
+        status |= run(invocation)
+    return status
+
+
+def run_alone(name: str, argv: Sequence[str]) -> int:
+    """``python -m bench.NAME [options]``: the same as ``python -m bench NAME [options]``."""
+    try:
+        options = benchmark_parser(name, prog=f"python -m bench.{name}").parse_args(argv)
+    except UsageError as error:
+        print(error, file=sys.stderr)
+        return 2
+    return run(Invocation(name, options))
