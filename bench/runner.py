@@ -1,17 +1,17 @@
 """The benchmark runner's command line: ``python -m bench NAME [options]``, or ``all``.
 
-Each benchmark is a module ``bench/<name>.py`` that declares its options with
-``add_options(parser)`` and runs with ``main(options) -> int`` (the parsed options), writing
-``bench/results/<name>*.json``. The runner knows every benchmark's name and one-line
-description without importing it, so ``--help`` and ``--list`` start nothing; it imports the
-one benchmark named, builds that benchmark's parser, and refuses unknown names and options
-with one line and exit status 2 before anything runs. ``all`` runs every benchmark in turn,
-with its defaults (``all --quick``: the quick variant of each that has one); it must be asked
-for by name, as a run of all of them takes hours. ``python -m bench.NAME [options]`` is the
-same as ``python -m bench NAME [options]``.
+The runner knows every benchmark's name and one-line description without importing it, so
+``--help`` and ``--list`` start nothing, and no name prints the usage (a run of all of them
+takes hours: ``all`` must be asked for by name; it runs each with its defaults, ``all
+--quick`` the quick variant of each that has one). It builds the named benchmark's parser
+(``NAME --help`` documents its options) and refuses unknown names, unknown options and bad
+values with one line and exit status 2 before anything runs.
 
-``jobs`` and ``protocol`` still parse their own argument lists (``main(argv)``); their options
-are declared here (``LEGACY_OPTIONS``), checked the same way, and handed on as
+A benchmark is a module ``bench/<name>.py`` writing ``bench/results/<name>*.json``. ``member``
+declares its options with ``add_options(parser)`` and runs with ``main(options) -> int``
+(``python -m bench.member [options]`` is the same as ``python -m bench member [options]``).
+The older ones parse their own argument list (``main(argv) -> int``): their options are
+declared here (``LEGACY_OPTIONS``), checked the same way, and handed on as
 ``--name[=value]``.
 """
 
@@ -53,18 +53,110 @@ class LegacyOption:
     flag: str
     help: str
     metavar: str | None = None  # None: a flag without a value
+    type: Callable[[str], object] = str  # checks the value (a bad one is refused up front)
+    choices: tuple[str, ...] | None = None
 
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _positive_ints(text: str) -> str:
+    for item in text.split(","):
+        _positive_int(item)
+    return text
+
+
+def _group_sizes(text: str) -> str:
+    for item in text.split(","):
+        groups, sep, members = item.partition("x")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"not GROUPSxMEMBERS: {item!r}")
+        _positive_int(groups)
+        _positive_int(members)
+    return text
+
+
+QUICK = LegacyOption("--quick", "smaller sizes, fewer or shorter rounds")
 
 LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
+    "assignors": (
+        LegacyOption("--report-only", "re-render the README table from the last results"),
+        LegacyOption(
+            "--peer-timeout", "seconds the peer may take per scenario", "S", _positive_float
+        ),
+        LegacyOption("--only", "only these scenarios, comma-separated", "NAME,..."),
+    ),
+    "coordinator": (QUICK,),
+    "state_topic": (
+        QUICK,
+        LegacyOption(
+            "--broker",
+            "the Kafka-native peers on Apache Kafka, one node or three",
+            "KIND",
+            choices=("kafka", "kafka-3"),
+        ),
+        LegacyOption("--heartbeat-only", "only the heartbeat-path measure"),
+    ),
+    "rebalance": (QUICK,),
     "jobs": (
-        LegacyOption("--quick", "smaller sizes"),
-        LegacyOption("--sizes", "record counts to measure, comma-separated", "N,N,..."),
+        QUICK,
+        LegacyOption(
+            "--sizes", "record counts to measure, comma-separated", "N,...", _positive_ints
+        ),
         LegacyOption("--loader-only", "only the checkpoint loader, at the largest size"),
         LegacyOption("--first-record-only", "only the time to the first record"),
         LegacyOption("--no-loader", "skip the checkpoint loader"),
         LegacyOption("--no-warm", "skip the runs in an already running Spark session"),
     ),
-    "protocol": (LegacyOption("--quick", "fewer members and shorter rounds"),),
+    "protocol": (QUICK,),
+    "frames": (QUICK,),
+    "gateway": (
+        QUICK,
+        LegacyOption("--mb", "megabytes to consume (300; 40 with --quick)", "N", _positive_int),
+    ),
+    "join": (LegacyOption("--rounds", "joins measured on each side", "N", _positive_int),),
+    "failover": (
+        LegacyOption("--groups", "groups (100)", "N", _positive_int),
+        LegacyOption("--members-per-group", "members of each group (2)", "N", _positive_int),
+        LegacyOption(
+            "--heartbeat-interval-ms", "the members' heartbeat interval (1000)", "MS", _positive_int
+        ),
+        LegacyOption("--retry-period", "the Lease elector's round, seconds", "S", _positive_float),
+    ),
+    "failover_kafka": (LegacyOption("--rounds", "failovers measured", "N", _positive_int),),
+    "takeover": (QUICK,),
+    "scale": (
+        QUICK,
+        LegacyOption(
+            "--sizes",
+            "groups x members per group to load, comma-separated",
+            "GxM,...",
+            _group_sizes,
+        ),
+        LegacyOption(
+            "--protocol",
+            "heartbeats through the coordinator listeners (Kafka protocol), not HTTP",
+            "kafka",
+            choices=("kafka",),
+        ),
+    ),
 }
 
 
@@ -126,7 +218,13 @@ def benchmark_parser(name: str, prog: str | None = None) -> argparse.ArgumentPar
             if option.metavar is None:
                 parser.add_argument(option.flag, action="store_true", help=option.help)
             else:
-                parser.add_argument(option.flag, metavar=option.metavar, help=option.help)
+                parser.add_argument(
+                    option.flag,
+                    metavar=option.metavar if option.choices is None else None,
+                    type=option.type,
+                    choices=option.choices,
+                    help=option.help,
+                )
     else:
         _module(name).add_options(parser)
     return parser
@@ -145,7 +243,8 @@ def parse(argv: Sequence[str]) -> list[Invocation] | None:
         return None
     if top.name is None:
         raise UsageError(
-            f"{PROG}: name a benchmark, or '{ALL}' to run every one (see {PROG} --list)"
+            top_parser().format_usage()
+            + f"{PROG}: name a benchmark, or '{ALL}' to run every one (see {PROG} --list)"
         )
     if top.name != ALL and top.name not in BENCHMARKS:
         raise UsageError(f"{PROG}: unknown benchmark {top.name!r} (see {PROG} --list)")
