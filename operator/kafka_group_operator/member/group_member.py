@@ -5,28 +5,45 @@ Theory of operation. Three threads share one small, locked state:
 * the **heartbeat thread** talks to the coordinator every ``heartbeatIntervalMs`` (sooner
   when ownership changed, or when the coordinator closed the connection: see below) and
   records the assignment each reply brings as the *target*;
-* the **consumer thread** (the caller's, iterating or running a handler) reconciles the
-  confluent-kafka ``Consumer`` towards the target between two messages: it first drops
-  partitions it *lost*, then *revokes* (commit what was processed, ``incremental_unassign``,
-  stop reporting the partition), then *assigns* (fetch committed offsets from the
-  coordinator, ``incremental_assign`` at them, or at ``auto.offset.reset`` without one);
+* the **consumer thread** (the caller's, iterating messages or batches) reconciles the
+  confluent-kafka ``Consumer`` towards the target between two batches, and between two
+  messages when the target changed: it first drops partitions it *lost*, then *revokes*
+  (commit what was processed, ``incremental_unassign``, stop reporting the partition), then
+  *assigns* (fetch committed offsets from the coordinator, ``incremental_assign`` at them, or
+  at ``auto.offset.reset`` without one);
 * the **commit thread** sends asynchronous commits.
 
 The coordinator gives a partition to a new owner only after the previous owner stopped
 reporting it, so revoking first and reporting at once is what makes a rebalance fast.
 
-Ownership is a frozenset swapped under the lock; every message is checked against it before
-it is handed out. When the coordinator fences the member (``FENCED_MEMBER_EPOCH``,
-``UNKNOWN_MEMBER_ID``), the heartbeat thread empties it at once, so not a single further
-message of a lost partition is processed; the member then rejoins with epoch 0.
-``FENCED_INSTANCE_ID`` (another live process has our identity) is fatal, as in Kafka; see
-``RETRY_ERRORS`` for how every other error is handled.
+Costs are per batch, not per message. The consumer thread fetches batches
+(``Consumer.consume``), even when it hands messages out one at a time. Ownership is a
+frozenset swapped under the lock; each batch is screened against it once, under the lock,
+right after the fetch returned it. librdkafka returns messages of assigned partitions only
+(what it fetched before an unassign is dropped), so while every partition assigned at the
+fetch is still owned, no message needs a look of its own. Whatever changes ownership (a new
+target, fencing, a fatal error, ``stop()``) raises one plain flag, ``_attention``, before it
+changes anything; before each message (or batch) it hands out, the consumer thread reads that
+flag and the clock, and takes the slow path (the lock, reconciling, screening the rest of the
+batch again) only when the flag is up or a deadline has come. When the coordinator fences the
+member (``FENCED_MEMBER_EPOCH``, ``UNKNOWN_MEMBER_ID``), the heartbeat thread empties the
+ownership at once, so not a single further message of a lost partition is handed out; the
+member then rejoins with epoch 0. ``FENCED_INSTANCE_ID`` (another live process has our
+identity) is fatal, as in Kafka; see ``RETRY_ERRORS`` for how every other error is handled.
+
+Processed offsets. A message counts as processed when the next one is asked for, a batch
+when the next batch is. Nothing is recorded per message: once a batch was handed out whole,
+the consumer's positions (librdkafka's offset after the last message it returned of each
+partition, one call per batch) are recorded under the lock, as Kafka's consumer commits its
+positions; a batch left part way (a revocation between two messages, ``stop()``, a commit
+asked for mid-batch, a ``break``) is recorded from the messages handed out before it.
 
 No zombie processing. Ownership is only *provably fresh* until ``lost_after_ms`` after the
 last successful heartbeat was *sent* (the coordinator armed its session deadline when it
 handled that heartbeat, which was later, and ``lost_after_ms`` is below the session timeout).
 So a message is handed out only if, on the monotonic clock, ``now < fresh_until``, checked by
-the consuming thread after the fetch returned it, right before it is yielded. Otherwise the
+the consuming thread twice: under the lock once the fetch returned its batch, and again right
+before each message (or the whole batch) is yielded. Otherwise the
 partitions are lost on the spot (``on_lost``, epoch 0, rejoin), whatever the heartbeat thread
 is doing: blocked on a black-holed connection, or frozen together with the whole process
 (SIGSTOP, a GC pause, a suspended VM) and woken up with stale messages already fetched. Each
@@ -41,8 +58,8 @@ most one such early heartbeat per heartbeat interval, so a path that closes idle
 (a proxy's idle timeout) costs one more heartbeat per interval, not a loop. A node that
 vanishes closes nothing; its members notice at their next heartbeat.
 
-Stopping (``stop()``, or SIGTERM after ``install_signal_handlers()``): no further message is
-handed out, the one in flight finishes, processed offsets are committed, and the member
+Stopping (``stop()``, or SIGTERM after ``install_signal_handlers()``): no further message (or
+batch) is handed out, the one in flight finishes, processed offsets are committed, and the member
 leaves with epoch -2 (static: it keeps its partitions for the session timeout, so a restart
 gets them back) or -1 when asked to leave for good.
 """
@@ -58,7 +75,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -100,6 +117,9 @@ REJOIN_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
     errors.UnknownMemberId,
 )
 BACKOFF_INITIAL_S = 0.1
+# How often, at most, the consumer thread records its processed offsets while it consumes
+# (see GroupMember._fold): what a commit from another thread may lag behind.
+FOLD_INTERVAL_S = 0.1
 BACKOFF_MAX_S = 5.0
 # NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS say that a group's coordinator is moving or
 # loading, which ends within seconds (a Lease's expiry and a load): retried at most this far
@@ -172,7 +192,8 @@ def _grouped(partitions: Partitions) -> dict[str, list[int]]:
 
 
 class GroupMember:
-    """A member of a coordinator-managed group: iterate it, or ``run(handler)``.
+    """A member of a coordinator-managed group: iterate it, iterate ``batches()``, or
+    ``run(handler)``.
 
     >>> with GroupMember(MemberConfig.from_env()) as member:   # doctest: +SKIP
     ...     member.install_signal_handlers()
@@ -217,8 +238,37 @@ class GroupMember:
         # Consumer-thread state.
         self._assigned: Partitions = frozenset()
         self._consumer: Consumer | None = None
+        self._consumer_thread: int | None = None
         self._next_interval_commit = 0.0
-        # Signalling.
+        # Bumped (under the lock) whenever _assigned changes; _assigned_at says when each
+        # partition came.
+        self._assignment_version = 0
+        self._assigned_at: dict[TopicPartition, int] = {}
+        # The batch in hand (see the module doc): its messages before _handed count as
+        # processed, those before _folded are recorded in _processed already. Fetched while
+        # _batch_assigned were assigned, at _batch_version, screened at _batch_generation.
+        self._batch: list[Message] = []
+        self._handed = 0
+        self._folded = 0
+        self._batch_assigned: Partitions = frozenset()
+        self._batch_version = 0
+        self._batch_generation = 0
+        self._position_requests: tuple[Partitions, list[KafkaTopicPartition]] = (frozenset(), [])
+        # What _fold found processed, not yet recorded in _processed: the consumer's
+        # positions, less what it returned that is not processed yet, as of a generation and
+        # an assignment version.
+        self._positions: (
+            tuple[int, int, list[KafkaTopicPartition], dict[TopicPartition, int]] | None
+        ) = None
+        self._next_fold = 0.0
+        # Before this instant a message may be handed out without the slow path: the
+        # ownership's deadline as last seen (it only moves later, except when everything is
+        # lost, which raises _attention) or the next interval commit, whichever comes first.
+        self._check_at = 0.0
+        # Signalling. _attention is raised (a plain attribute: one read per message) before
+        # anything the consumer thread must act on changes: a new target, lost partitions, a
+        # fatal error, stop(). The consumer thread lowers it before it looks.
+        self._attention = False
         self._stopping = threading.Event()
         self._permanent = False
         self._closed = threading.Event()
@@ -253,21 +303,62 @@ class GroupMember:
         self.close()
 
     def __iter__(self) -> Iterator[Message]:
-        """Messages of owned partitions; each counts as processed when the next is asked for."""
+        """Messages of owned partitions; each counts as processed when the next is asked for.
+
+        Fetched ``max_poll_records`` at a time; the checks before each message are a flag and
+        the clock (see the module doc).
+        """
         self._start()
-        in_flight: Message | None = None
+        monotonic = time.monotonic
+        max_records, timeout = self.config.max_poll_records, self.config.poll_timeout_s
         try:
-            while not self._stopping.is_set():
-                if in_flight is not None:
-                    self._mark_processed(in_flight)
-                    in_flight = None
-                message = self._poll_once()
-                if message is not None:
-                    in_flight = message
+            batch = self._next_batch(max_records, timeout)
+            while batch is not None:
+                check_at = self._check_at
+                index = 0
+                for index, message in enumerate(batch):
+                    if self._attention or monotonic() >= check_at:
+                        break
+                    self._handed = index
                     yield message
-            if in_flight is not None:
-                self._mark_processed(in_flight)
+                else:
+                    self._handed = len(batch)
+                    batch = self._next_batch(max_records, timeout)
+                    continue
+                batch = self._interrupt(index)
         finally:
+            self._fold()
+            self.close()
+
+    def batches(
+        self, max_records: int = 500, timeout: float | None = None
+    ) -> Iterator[list[Message]]:
+        """Batches of up to ``max_records`` messages of owned partitions, in each partition's
+        order; each batch counts as processed when the next one is asked for.
+
+        A batch holds what the fetcher has at hand, at once; with nothing at hand it waits up
+        to ``timeout`` seconds (``poll_timeout_s`` by default) for the first message, and
+        yields an empty batch if none came (the loop can do periodic work). Checked like a
+        message: no batch is handed out once ownership may be lost.
+        """
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, not {max_records}")
+        wait = self.config.poll_timeout_s if timeout is None else max(timeout, 0.0)
+        return self._batches(max_records, wait)
+
+    def _batches(self, max_records: int, wait: float) -> Iterator[list[Message]]:
+        self._start()
+        try:
+            batch = self._next_batch(max_records, wait)
+            while batch is not None:
+                if batch and (self._attention or time.monotonic() >= self._check_at):
+                    batch = self._interrupt(0)
+                    continue
+                yield batch
+                self._handed = len(batch)
+                batch = self._next_batch(max_records, wait)
+        finally:
+            self._fold()
             self.close()
 
     def run(self, handler: Callable[[Message], None]) -> None:
@@ -284,6 +375,7 @@ class GroupMember:
         """
         self._permanent = self._permanent or permanent
         self._stopping.set()
+        self._attention = True  # after: the consumer thread lowers it, then looks
         self._wake.set()
 
     def install_signal_handlers(self) -> None:
@@ -301,8 +393,13 @@ class GroupMember:
         """Commit processed offsets through the coordinator.
 
         Synchronously it returns the partitions that failed with their Kafka error names;
-        asynchronously it returns ``{}`` at once and reports through ``on_commit``.
+        asynchronously it returns ``{}`` at once and reports through ``on_commit``. Called on
+        the consuming thread, it covers every message processed so far; on another thread,
+        what the consuming thread recorded last (every ``FOLD_INTERVAL_S`` while it hands
+        messages out, and whenever it waits for more).
         """
+        if self._consumer_thread == threading.get_ident():
+            self._fold()
         if asynchronous:
             self._commits.put(lambda: self._commit_now(partitions))
             return {}
@@ -314,6 +411,7 @@ class GroupMember:
             return
         self._closed.set()
         self._stopping.set()
+        self._attention = True
         self._wake.set()
         if self._started:
             self._commits.put(None)
@@ -338,6 +436,7 @@ class GroupMember:
         if self._closed.is_set():
             raise MemberError("this member was closed; create a new one")
         self._started = True
+        self._consumer_thread = threading.get_ident()
         settings: dict[str, Any] = {
             "bootstrap.servers": self.config.bootstrap_servers,
             # librdkafka insists on a group id, but no broker-side group is ever joined:
@@ -351,6 +450,7 @@ class GroupMember:
         }
         self._consumer = Consumer(settings)
         self._next_interval_commit = time.monotonic() + self.config.commit_interval_ms / 1000
+        self._next_fold = time.monotonic() + FOLD_INTERVAL_S
         self._threads = [
             threading.Thread(target=self._heartbeat_loop, name="kgo-heartbeat", daemon=True),
             threading.Thread(target=self._commit_loop, name="kgo-commit", daemon=True),
@@ -358,56 +458,190 @@ class GroupMember:
         for thread in self._threads:
             thread.start()
 
-    def _poll_once(self) -> Message | None:
-        if self._fatal is not None:
-            raise MemberError(str(self._fatal)) from self._fatal
+    def _next_batch(self, max_records: int, timeout: float) -> list[Message] | None:
+        """The next batch to hand out, screened (maybe empty); None once stopping.
+
+        The batch handed out before counts as processed from here on. Its offsets are
+        recorded lazily (see ``_fold``): the consumer's positions cover it at the next fold.
+        """
+        if self._attention:
+            self._fold()  # before a revocation commits, or stopping
+            self._attention = False  # lowered before looking, so a later raise is seen
+            if self._stopping.is_set():
+                return None
+            self._raise_if_fatal()
+            if self._reconcile_needed.is_set():
+                self._reconcile()
+        elif self._batch_version != self._assignment_version:
+            self._fold()  # the positions no longer cover it
+        now = time.monotonic()
+        if now >= self._next_fold:
+            self._fold_at_interval(now)
+        consumer = self._consumer
+        assert consumer is not None
+        assigned, version = self._assigned, self._assignment_version
+        self._batch, self._handed, self._folded = [], 0, 0
+        self._batch_assigned, self._batch_version = assigned, version
+        if not assigned:
+            # Nothing to fetch: wait for an assignment instead of spinning on consume.
+            self._reconcile_needed.wait(timeout)
+            return []
+        # What is at hand, at once; else wait for the first message only, so that a trickle
+        # is handed out as it comes instead of when a batch is full.
+        batch = consumer.consume(max_records, 0)
+        if not batch:
+            self._fold()  # idle: a good moment to record where the consumer stands
+            batch = consumer.consume(1, timeout)
+            if not batch:
+                return batch
+            if max_records > 1:
+                batch += consumer.consume(max_records - 1, 0)
+        if any(map(Message.error, batch)):  # one C-level look per message, as a peer needs
+            batch = self._without_errors(batch)
+        batch = self._screen(batch)
+        self._batch = batch
+        return batch
+
+    @staticmethod
+    def _without_errors(batch: list[Message]) -> list[Message]:
+        kept = []
+        for message in batch:
+            error = message.error()
+            if error is None:
+                kept.append(message)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                logger.warning("fetch error: %s", error)
+        return kept
+
+    def _screen(self, batch: list[Message]) -> list[Message]:
+        """What of ``batch`` (fetched at ``_batch_version``) may be handed out: messages of
+        partitions owned, and assigned since before the fetch, while the ownership is
+        provably fresh. One look under the lock, with the clock read there: a lost or revoked
+        partition is never processed, nor one of a member cut off from the coordinator, or
+        frozen while the coordinator moved on."""
+        with self._lock:
+            owned, generation, fresh_until = self._owned, self._generation, self._fresh_until
+            now = time.monotonic()
+        fetched_from = self._batch_assigned
+        if self._batch_version != self._assignment_version or not fetched_from <= owned:
+            # Rare: ownership or the assignment changed since the fetch. Keep what is still
+            # owned and was assigned before it (a partition assigned again since restarts
+            # from its committed offset: what came before that is not its next message).
+            keep = {
+                partition
+                for partition in fetched_from & owned
+                if self._assigned_at.get(partition, self._batch_version + 1) <= self._batch_version
+            }
+            if keep != fetched_from:
+                batch = [m for m in batch if (m.topic(), m.partition()) in keep]
+        if not batch:
+            return batch
+        if now >= fresh_until:
+            self._lose_stale(generation)
+            self._reconcile()  # on_lost fires now, on this thread
+            return []
+        self._batch_generation = generation
+        self._check_at = min(fresh_until, self._next_fold)
+        return batch
+
+    def _interrupt(self, index: int) -> list[Message] | None:
+        """The slow path before handing out ``_batch[index]``: the flag was up, or a deadline
+        came. What comes before ``index`` is processed; returns what of the rest may still
+        be handed out, screened again under the lock (None once stopping)."""
+        self._handed = index
+        self._fold()  # before a revocation commits, or stopping
+        self._attention = False  # lowered before looking, so a later raise is seen
+        if self._stopping.is_set():
+            return None
+        self._raise_if_fatal()
         if self._reconcile_needed.is_set():
             self._reconcile()
         now = time.monotonic()
+        if now >= self._next_fold:
+            self._fold_at_interval(now)
+        rest = self._batch[index:]
+        self._batch, self._handed, self._folded = rest, 0, 0
+        rest = self._screen(rest)
+        self._batch = rest
+        return rest
+
+    def _fold(self) -> None:
+        """Record what is processed so far (consumer thread only; exact whenever called).
+
+        Nothing per message: the consumer's positions (librdkafka's offset after the last
+        message it returned, per partition: one call) are kept, less what of the batch in
+        hand is not processed yet (each partition's first such offset, when there is any),
+        and recorded in ``_processed`` when a commit reads them (``_absorb_positions``).
+        Positions cover every batch since the assignment last changed, so ``_next_batch``
+        folds only when something is about to read them, now and then (``FOLD_INTERVAL_S``,
+        for commits from other threads), and when idle. Messages handed out after the
+        assignment changed, and before the next fetch, are recorded one by one (rare).
+        """
+        batch, handed, folded = self._batch, self._handed, self._folded
+        if self._batch_version != self._assignment_version:
+            if handed <= folded:
+                return
+            self._folded = handed
+            offsets: dict[TopicPartition, int] = {}
+            for message in batch[folded:handed]:
+                offset = message.offset()
+                if offset is not None:
+                    offsets[(message.topic() or "", message.partition() or 0)] = offset + 1
+            with self._lock:
+                if self._generation == self._batch_generation:  # else lost since: drop them
+                    self._record_processed(offsets.items())
+            return
+        assert self._consumer is not None
+        cached, requests = self._position_requests
+        if cached is not self._batch_assigned:
+            requests = [KafkaTopicPartition(t, p) for t, p in sorted(self._batch_assigned)]
+            self._position_requests = (self._batch_assigned, requests)
+        positions = self._consumer.position(requests)
+        ahead: dict[TopicPartition, int] = {}
+        if handed < len(batch):
+            # Reversed, so that each partition ends up with its first offset not processed.
+            ahead = {
+                (m.topic() or "", m.partition() or 0): m.offset() or 0
+                for m in reversed(batch[handed:])
+            }
+        self._folded = handed
+        self._positions = (self._batch_generation, self._batch_version, positions, ahead)
+
+    def _absorb_positions(self) -> None:
+        """Record the positions ``_fold`` kept (under the lock, on any thread): only if
+        nothing was lost, and the assignment did not change, since they were taken. Kept
+        for the next look too (recording them twice changes nothing): the consumer thread
+        replaces them without the lock."""
+        kept = self._positions
+        if kept is None:
+            return
+        generation, version, positions, ahead = kept
+        if generation == self._generation and version == self._assignment_version:
+            self._record_processed(
+                ((p.topic, p.partition), ahead.get((p.topic, p.partition), p.offset))
+                for p in positions
+                if p.error is None
+            )
+
+    def _record_processed(self, offsets: Iterable[tuple[TopicPartition, int]]) -> None:
+        for partition, offset in offsets:  # under the lock
+            if partition in self._owned and offset > self._processed.get(partition, -1):
+                self._processed[partition] = offset
+
+    def _fold_at_interval(self, now: float) -> None:
+        self._next_fold = now + FOLD_INTERVAL_S
+        self._fold()
         if now >= self._next_interval_commit:
             self._next_interval_commit = now + self.config.commit_interval_ms / 1000
             self.commit(asynchronous=True)
-        assert self._consumer is not None
-        if not self._assigned:
-            # Nothing to fetch: wait for an assignment instead of spinning on poll.
-            self._reconcile_needed.wait(self.config.poll_timeout_s)
-            return None
-        message = self._consumer.poll(self.config.poll_timeout_s)
-        if message is None:
-            return None
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                logger.warning("fetch error: %s", error)
-            return None
-        topic, partition = message.topic(), message.partition()
-        if topic is None or partition is None or not self._may_hand_out((topic, partition)):
-            return None
-        return message
 
-    def _may_hand_out(self, partition: TopicPartition) -> bool:
-        """The check before each message: owned, and the ownership provably fresh right now.
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise MemberError(str(self._fatal)) from self._fatal
 
-        One look under the lock, with the clock read there, after the poll returned: a lost
-        or revoked partition is never processed, nor one of a member cut off from the
-        coordinator, or frozen while the coordinator moved on.
-        """
-        with self._lock:
-            if partition not in self._owned:
-                return False
-            if time.monotonic() < self._fresh_until:
-                return True
-            generation = self._generation
-        self._lose_stale(generation)
-        self._reconcile()  # on_lost fires now, on this thread
-        return False
-
-    def _mark_processed(self, message: Message) -> None:
-        partition = (message.topic(), message.partition())
-        offset = message.offset()
-        with self._lock:
-            if partition in self._owned and offset is not None:
-                self._processed[partition] = offset + 1
+    def _request_reconcile(self) -> None:
+        self._reconcile_needed.set()
+        self._attention = True  # after: the consumer thread lowers it, then looks
 
     def _reconcile(self) -> None:
         self._reconcile_needed.clear()
@@ -420,7 +654,7 @@ class GroupMember:
             # Already removed from ownership by the heartbeat thread: release without commit
             # (the coordinator would refuse it, and the next owner may be working already).
             self._consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in lost])
-            self._assigned -= lost
+            self._unassigned(lost)
             logger.info("lost %d partition(s): %s", len(lost), _grouped(lost))
             if self._on_lost is not None:
                 self._on_lost(lost)
@@ -444,7 +678,7 @@ class GroupMember:
         if self._on_revoked is not None:
             self._on_revoked(revoked)
         self._consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in revoked])
-        self._assigned -= revoked
+        self._unassigned(revoked)
         with self._lock:
             self._owned -= revoked
             for partition in revoked:
@@ -463,7 +697,7 @@ class GroupMember:
         except errors.CoordinatorError as error:
             # Try again on the next reconcile; the heartbeat keeps the target.
             logger.warning("cannot fetch committed offsets yet: %s", error)
-            self._reconcile_needed.set()
+            self._request_reconcile()
             time.sleep(BACKOFF_INITIAL_S)
             return
         self._consumer.incremental_assign(
@@ -471,10 +705,15 @@ class GroupMember:
         )
         self._assigned |= added
         with self._lock:
+            self._absorb_positions()  # the last moment they mean something
+            self._assignment_version += 1
+        for partition in added:
+            self._assigned_at[partition] = self._assignment_version
+        with self._lock:
             if self._generation != generation:
                 # Fenced while we were fetching: these are lost already.
                 self._lost |= added
-                self._reconcile_needed.set()
+                self._request_reconcile()
                 return
             self._owned |= added
             for partition in added:
@@ -484,6 +723,14 @@ class GroupMember:
         if self._on_assigned is not None:
             self._on_assigned(added)
         self._wake.set()
+
+    def _unassigned(self, partitions: Partitions) -> None:
+        self._assigned -= partitions
+        with self._lock:
+            self._absorb_positions()  # the last moment they mean something
+            self._assignment_version += 1
+        for partition in partitions:
+            self._assigned_at.pop(partition, None)
 
     # ------------------------------------------------------------------------------ commits
 
@@ -495,6 +742,7 @@ class GroupMember:
 
     def _commit_serialized(self, partitions: Partitions | None) -> dict[TopicPartition, str]:
         with self._lock:
+            self._absorb_positions()
             epoch = self._epoch
             pending = {
                 partition: offset
@@ -608,7 +856,7 @@ class GroupMember:
                 target = _flatten(assignment)
                 if target != self._target:
                     self._target = target
-                    self._reconcile_needed.set()
+                    self._request_reconcile()
 
     def _lose_if_stale(self, now: float) -> bool:
         """Lose everything held if ownership is no longer provably fresh at ``now``."""
@@ -632,6 +880,7 @@ class GroupMember:
         with self._lock:
             if self._generation != generation:
                 return False  # another thread did it already
+            self._attention = True  # before the ownership goes: see the module doc
             lost = self._owned | (self._target or frozenset())
             self._owned = frozenset()
             self._lost |= lost
@@ -641,7 +890,7 @@ class GroupMember:
             self._epoch = messages.JOIN_EPOCH
             self._generation += 1
             self._fresh_until = 0.0
-        self._reconcile_needed.set()
+        self._request_reconcile()
         self._wake.set()  # rejoin at once
         if self._on_lost is None and lost:
             logger.warning("stopped processing %d lost partition(s)", len(lost))
@@ -650,9 +899,10 @@ class GroupMember:
     def _fail(self, error: BaseException) -> None:
         logger.error("member cannot continue: %s", error)
         with self._lock:
+            self._attention = True
             self._fatal = error
             self._owned = frozenset()
-        self._reconcile_needed.set()
+        self._request_reconcile()
 
     def _leave(self) -> None:
         with self._lock:

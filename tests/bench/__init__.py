@@ -1,0 +1,1 @@
+"""Tests of the benchmark runner (nothing here runs a benchmark)."""
