@@ -247,6 +247,15 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
         "messages": args.messages,
         "token": local.token,
     }
+    interrupted: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        # Remembered as well as raised: a KeyboardInterrupt raised while a C extension (the
+        # Kafka client) is on the stack can surface as a SystemError instead.
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         broker.start()
         assert broker.process is not None
@@ -274,10 +283,12 @@ def start(args: argparse.Namespace) -> dict[str, Any]:
             local.coordinator.wait()
         broker.stop()
         (home / STATE_FILE).unlink(missing_ok=True)
-        if isinstance(error, KeyboardInterrupt):
+        if interrupted or isinstance(error, KeyboardInterrupt):
             raise Interrupted("interrupted: stopped what had started") from None
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise common.CommandError(f"could not start: {first} (logs in {home})") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert local.coordinator is not None
     state["coordinator"] = {"pid": local.coordinator.pid, "url": local.coordinator_url}
     write_state(state)
