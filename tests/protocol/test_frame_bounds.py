@@ -86,6 +86,14 @@ def test_the_17_byte_list_groups_frame_is_refused_naming_its_field() -> None:
         (DescribeGroupsRequest, b"\x02\x10abc\x00\x00", "15 bytes declared, 5 bytes left"),
         # Null where the schema has none (a group id).
         (DescribeGroupsRequest, b"\x02\x00\x00\x00", "null where the schema has no null"),
+        # A null array where the schema has none: DescribeGroups v5's groups (compact: 0),
+        # OffsetCommit v2's topics (int32: -1), as Kafka's generated readers refuse them.
+        (DescribeGroupsRequest, b"\x00\x00\x00", "groups: null where the schema has no null"),
+        (
+            OffsetCommitRequest,
+            b"\x00\x00" + b"\0" * 14 + b"\xff\xff\xff\xff",
+            "topics: null where the schema has no null",
+        ),
         # A varint of 6 bytes.
         (DescribeGroupsRequest, b"\xff\xff\xff\xff\xff\x01", "a varint of more than 5 bytes"),
         # Non-flexible: an int32 array count of -2, an int16 string length of -3.

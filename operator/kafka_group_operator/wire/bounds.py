@@ -274,14 +274,20 @@ class _Code:
         assert element is not None
         self._counts += 1
         count = f"c{self._counts}"
+        # Kafka's generated readers refuse a null array where the schema has none; kio would
+        # hand the handlers None for a list.
         if flexible:
             self.varint(indent, count)
+            if not field.nullable:
+                self.line(indent, f"if not {count}: _null({where!r})")
             self.line(indent, f"if {count} > 1:")
             self.line(indent + 1, f"{count} -= 1")
         else:
             self.line(indent, f"{count} = _int32(d, o)[0]")
             self.line(indent, "o += 4")
             self.line(indent, f"if {count} < -1: _negative({where!r}, {count})")
+            if not field.nullable:
+                self.line(indent, f"elif {count} == -1: _null({where!r})")
             self.line(indent, f"elif {count} > 0:")
         body = indent + 1
         if cap is not None:

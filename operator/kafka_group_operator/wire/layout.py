@@ -153,10 +153,10 @@ def _field(field: dataclasses.Field[Any], flexible: bool, *, tagged: bool) -> Fi
         return Field(field.name, Kind.STRUCT, nullable=nullable, struct=layout(kind.type_))
     if isinstance(kind, EntityTupleField):
         element = Field(field.name, Kind.STRUCT, struct=layout(kind.type_))
-        return Field(field.name, Kind.ARRAY, element=element)
+        return Field(field.name, Kind.ARRAY, element=element, nullable=is_optional(field))
     element = _primitive(field.name, get_schema_field_type(field))
     if isinstance(kind, PrimitiveTupleField):
-        return Field(field.name, Kind.ARRAY, element=element)
+        return Field(field.name, Kind.ARRAY, element=element, nullable=is_optional(field))
     if element.kind is Kind.STRING and not tagged and is_optional(field):
         return dataclasses.replace(element, nullable=True)
     return element
