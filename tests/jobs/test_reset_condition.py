@@ -60,3 +60,34 @@ async def test_a_stale_status_write_keeps_a_finished_resets_condition(
     found = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
     assert found == {conditions.RESET_IN_PROGRESS: "False", conditions.READY: "True"}
     assert stored["status"]["state"] == "Stable"
+
+
+async def test_a_stale_status_refresh_keeps_a_resumed_groups_condition(
+    api: client.KubeClient, kmock: kube.ApiServer
+) -> None:
+    """The status daemon's refresh, computed on the body it saw while the group's
+    reconciliation was paused, must not write ReconciliationPaused=True back over the resumed
+    reconcile's False: nothing would ever set it False again."""
+    body = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": "g", "namespace": "ns"},
+        "spec": {"replicas": 1},
+    }
+    await api.create(client.CONSUMER_GROUPS, "ns", body)
+    resumed = condition(consumer_groups.RECONCILIATION_PAUSED, "False", "AnnotationRemoved")
+    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"conditions": [resumed]})
+    stale = {
+        "conditions": [
+            condition(conditions.READY, "True", "GroupStable"),
+            condition(consumer_groups.RECONCILIATION_PAUSED, "True", "AnnotationSet"),
+        ],
+    }
+    state: Any = SimpleNamespace(kube=api)
+    await consumer_groups._patch_status(
+        state, body, stale, owned=consumer_groups.REFRESHED_CONDITIONS
+    )
+    stored = kmock.get(RESOURCE, "ns", "g")
+    assert stored is not None
+    found = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+    assert found == {consumer_groups.RECONCILIATION_PAUSED: "False", conditions.READY: "True"}

@@ -340,7 +340,7 @@ async def refresh_status(
     fresh["conditions"] = conditions.merge_conditions(
         fresh["conditions"], [mirrored], fresh.get("observedGeneration"), conditions.now_rfc3339()
     )
-    await _patch_status(state, body, fresh)
+    await _patch_status(state, body, fresh, owned=REFRESHED_CONDITIONS)
     report_verdict_change(window, verdict, status, body)
     return description
 
@@ -430,10 +430,17 @@ async def remove_members(
 
 # Conditions other handlers own; a status write here never carries them.
 OTHER_HANDLERS_CONDITIONS = frozenset({conditions.RESET_IN_PROGRESS})
+# What a status refresh computes. The refresh runs on the body its daemon last saw, so any
+# other condition in it may be stale: a ReconciliationPaused=True written back after the
+# resumed reconcile set it False would stay True for good.
+REFRESHED_CONDITIONS = frozenset({*group_status.STATUS_CONDITIONS, native_group.OFFSETS_MIRRORED})
 
 
 async def _patch_status(
-    state: lifecycle.OperatorState, body: Mapping[str, Any], fresh: Mapping[str, Any]
+    state: lifecycle.OperatorState,
+    body: Mapping[str, Any],
+    fresh: Mapping[str, Any],
+    owned: frozenset[str] | None = None,
 ) -> None:
     """Write our part of the status without losing what others wrote meanwhile.
 
@@ -441,6 +448,7 @@ async def _patch_status(
     status daemon and the handlers write concurrently. So the conditions computed here
     replace only their own types in the object as it is now, and the patch carries that
     object's resourceVersion: on a conflict the merge is redone on the newer object.
+    ``owned``, when given, names the only condition types this write may change.
     """
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace"), meta["name"]
@@ -451,6 +459,7 @@ async def _patch_status(
         item["type"]: item
         for item in fresh.get("conditions") or ()
         if item["type"] not in OTHER_HANDLERS_CONDITIONS
+        and (owned is None or item["type"] in owned)
     }
     for _ in range(5):
         current = await state.kube.get(kube_client.CONSUMER_GROUPS, namespace, name)

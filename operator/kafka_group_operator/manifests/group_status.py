@@ -30,6 +30,10 @@ _STATES = {
     "completingrebalance": "Reconciling",
 }
 _REBALANCING_STATES = ("Assigning", "Reconciling")
+# The conditions ``build_group_status`` computes; the others in ``status`` are other writers'.
+STATUS_CONDITIONS = frozenset(
+    {conditions.READY, conditions.REBALANCING, conditions.DEGRADED, conditions.LAG_HEALTHY}
+)
 # At most this many partitions are listed under ``status.lag.verdict.partitions`` (the worst
 # ones), so that the status of a group with thousands of partitions stays small.
 MAX_VERDICT_PARTITIONS = 10
