@@ -346,10 +346,33 @@ def namespace(cluster: Cluster) -> Iterator[str]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Attach the node's log to a failing e2e test."""
+    """Attach the node's log, and the logs of the test namespace's pods and the operator's,
+    to a failing e2e test."""
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        running = getattr(item, "funcargs", {}).get("cluster")
+        arguments = getattr(item, "funcargs", {})
+        running = arguments.get("cluster")
         if isinstance(running, Cluster):
             report.sections.append(("node log", running.node_log()))
+            for namespace in (arguments.get("namespace"), OPERATOR_NAMESPACE):
+                if isinstance(namespace, str):
+                    report.sections.extend(_pod_logs(namespace))
+
+
+def _pod_logs(namespace: str, lines: int = 60) -> list[tuple[str, str]]:
+    """The last ``lines`` of each container's log in ``namespace`` (sidecars included)."""
+    listed = attempt("kubectl", "get", "pods", "-n", namespace, "-o", "json")
+    if listed.returncode != 0:
+        return [(f"pods of {namespace}", listed.stderr)]
+    sections = []
+    for pod in json.loads(listed.stdout).get("items", []):
+        spec = pod.get("spec") or {}
+        name = pod["metadata"]["name"]
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            done = attempt(
+                "kubectl", "logs", name, "-n", namespace, "-c", container["name"],
+                f"--tail={lines}",
+            )  # fmt: skip
+            sections.append((f"log of {namespace}/{name}/{container['name']}", done.stdout))
+    return sections
