@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -14,8 +16,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.embedded import kafka
 from kafka_group_operator.runtime import errors, loader, topic, writer
-from kafka_group_records import records
+from kafka_group_records import codec, records
 from tests.runtime import logs
 
 pytestmark = pytest.mark.broker
@@ -229,3 +232,78 @@ async def test_writes_fail_while_the_broker_is_down_and_work_again_after(
         state_writer.stop()
     loaded = await _load(fresh_broker.bootstrap, name, [0])
     assert loaded[0] == [_offset("g", ("t", 0), 3)]
+
+
+async def test_a_hanging_transaction_is_reported_and_kafkas_abort_ends_the_load(
+    kafka_broker: kafka.KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transaction no one will complete (here another producer's, left open with a long
+    timeout, as a transaction whose marker Kafka lost stays open) holds a read_committed load
+    back at its first offset. The load says so, naming the tool call that ends it, and
+    finishes once Kafka's ``kafka-transactions abort`` has run; the aborted record is not
+    state."""
+    name = logs.unique_topic()
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    topic.ensure_state_topic(admin, _settings(name), 10)
+    state_writer = writer.StateWriter(
+        kafka_broker.bootstrap, name, timeout_ms=5000, kafka_config={}
+    )
+    state_writer.start()
+    foreign = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "transactional.id": f"{name}.foreign",
+            "transaction.timeout.ms": 600_000,
+        }
+    )
+    foreign.init_transactions(30)
+    foreign.begin_transaction()
+    key, value = codec.encode_record(
+        records.Record(
+            records.OffsetCommitKey("g", "orders", 0), records.OffsetCommitValue(7, 0, "", 0)
+        )
+    )
+    foreign.produce(name, value, key, partition=0)
+    assert foreign.flush(30) == 0
+    loaded: dict[int, list[records.Record] | BaseException] = {}
+    partition_loader = loader.PartitionLoader(
+        bootstrap_servers=kafka_broker.bootstrap,
+        topic=name,
+        state_writer=state_writer,
+        kafka_config={},
+        clock_ms=lambda: 1,
+        hanging_after_s=1.0,
+    )
+    loading = asyncio.ensure_future(
+        partition_loader.load(
+            [0], lambda _p, replayed: replayed, lambda p, out: loaded.__setitem__(p, out)
+        )
+    )
+    try:
+        reported = None
+        for _ in range(600):
+            reported = next(
+                (r for r in caplog.records if getattr(r, "hanging", None) is not None), None
+            )
+            if reported is not None or loading.done():
+                break
+            await asyncio.sleep(0.1)
+        assert reported is not None, "the hanging transaction was never reported"
+        assert reported.hanging == (name, 0, 0)  # type: ignore[attr-defined]
+        assert "--topic " + name + " --partition 0 --start-offset 0" in reported.getMessage()
+        assert not loading.done()
+        command = kafka.java_command(
+            kafka.TRANSACTIONS_COMMAND, "--bootstrap-server", kafka_broker.bootstrap, "abort",
+            "--topic", name, "--partition", "0", "--start-offset", "0",
+            heap_mb=128,
+        )  # fmt: skip
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        await asyncio.wait_for(loading, 60)
+        await asyncio.sleep(0)  # on_loaded callbacks arrive through call_soon_threadsafe
+    finally:
+        loading.cancel()
+        state_writer.stop()
+    assert loaded == {0: []}

@@ -36,6 +36,7 @@ KAFKA_VERSION = "4.4.0"
 BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 FETCH_TIMEOUT_S = 900.0
 STOP_TIMEOUT_S = 30.0
 

@@ -60,7 +60,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.coordinator import offsets
@@ -81,6 +81,12 @@ _CONSUME_BATCH = 10_000
 _CONSUME_WAIT_S = 0.01
 # Reading the topic's delete.retention.ms before using a checkpoint.
 _ADMIN_TIMEOUT_S = 10.0
+# A load whose read waits this long at a last stable offset below its marker reports a hanging
+# transaction (``_HangingTransactions``), and again at this interval while it lasts. Every
+# transaction of the partition's writer was completed before its marker was written, so only
+# a transaction Kafka never completed holds the read back for long.
+_HANGING_AFTER_S = 30.0
+_HANGING_CHECK_S = 5.0
 
 
 def compact(log: Iterable[tuple[bytes, bytes | None]]) -> dict[bytes, bytes | None]:
@@ -298,6 +304,77 @@ def _split_decoding() -> _Decoding[Survivors]:
     )
 
 
+class _HangingTransactions:
+    """Tells when a partition's read is held back by a transaction Kafka never completed.
+
+    A ``read_committed`` read stops at the partition's last stable offset: the first offset of
+    its oldest open transaction. The load's marker is written after the writer's producer
+    completed every transaction of its own, so a read that waits at a last stable offset
+    below the marker for ``_HANGING_AFTER_S`` waits on a hanging transaction: one whose
+    commit or abort marker never reached the partition (seen on Apache Kafka after a broker
+    restart cut a commit short; Kafka's ``kafka-transactions.sh find-hanging`` finds them).
+    The read cannot go past it without taking its records for committed or aborted, which
+    only the brokers may decide, so the partition stays loading and this says, once and
+    then every ``after_s``, what an administrator can do."""
+
+    def __init__(self, topic: str, after_s: float) -> None:
+        self._topic = topic
+        self._after_s = after_s
+        self._check_s = min(_HANGING_CHECK_S, after_s)
+        self._next_check = time.monotonic() + self._check_s
+        # Per partition: the last stable offset the read waits at, and since when.
+        self._waiting: dict[int, tuple[int, float]] = {}
+        self._reported: dict[int, float] = {}
+
+    def check(
+        self, consumer: Consumer, loading: Collection[int], markers: Mapping[int, int]
+    ) -> None:
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self._check_s
+        for partition in loading:
+            marker = markers.get(partition)
+            if marker is None:
+                continue
+            where = TopicPartition(self._topic, partition)
+            try:
+                position = consumer.position([where])[0].offset
+                # With read_committed, the high mark is the last stable offset.
+                _, stable = consumer.get_watermark_offsets(where, _HANGING_CHECK_S, cached=False)
+            except KafkaException:
+                continue
+            # A position below zero: nothing handed over yet, the read waits where it began.
+            if stable > marker or 0 <= position < stable:
+                self._waiting.pop(partition, None)  # readable, or still being read
+                continue
+            waited_at, since = self._waiting.setdefault(partition, (stable, now))
+            if waited_at != stable:
+                self._waiting[partition] = (stable, now)
+                continue
+            last = self._reported.get(partition)
+            if now - since < self._after_s or (last is not None and now - last < self._after_s):
+                continue
+            self._reported[partition] = now
+            logger.error(
+                "state partition %d cannot load: its last stable offset has stayed at %d for "
+                "%.0f s, below this load's marker at offset %d. A transaction that began at "
+                "offset %d is hanging: the brokers never completed it. The partition's groups "
+                "stay unavailable until it is aborted with Kafka's tool: kafka-transactions.sh "
+                "--bootstrap-server <brokers> abort --topic %s --partition %d --start-offset %d "
+                "(see docs/troubleshooting.md)",
+                partition,
+                stable,
+                now - since,
+                marker,
+                stable,
+                self._topic,
+                partition,
+                stable,
+                extra={"hanging": (self._topic, partition, stable)},
+            )
+
+
 class PartitionLoader:
     """Loads a set of partitions: markers first, then one consumer reading them all."""
 
@@ -312,8 +389,10 @@ class PartitionLoader:
         retry_backoff_s: float = 0.5,
         partition_count: int | None = None,
         checkpoint_uri: str | None = None,
+        hanging_after_s: float = _HANGING_AFTER_S,
     ) -> None:
         self.topic = topic
+        self._hanging_after_s = hanging_after_s
         # Checkpoints are used only when the topic's partition count is known to match.
         self._checkpoint_uri = checkpoint_uri if partition_count is not None else None
         self._admin_config: dict[str, str | int | float | bool] = {
@@ -458,8 +537,11 @@ class PartitionLoader:
                     if seeded[p]:
                         ahead[p] = decoders[p].ahead(survivors[p])
             read = 0
+            written: dict[int, int] = {}
+            hanging = _HangingTransactions(self.topic, self._hanging_after_s)
             while survivors and not stop.is_set():
-                self._check_markers(consumer, markers, survivors, starts, seeded)
+                self._check_markers(consumer, markers, survivors, starts, seeded, written)
+                hanging.check(consumer, survivors, written)
                 batch = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
                 read += len(batch)
                 for message in batch:
@@ -510,16 +592,20 @@ class PartitionLoader:
         survivors: dict[int, dict[bytes, bytes | None]],
         starts: dict[int, int],
         seeded: dict[int, int],
+        written: dict[int, int],
     ) -> None:
         """A marker written before where a partition's read starts means the log is shorter
         than the checkpoint says: that read would never reach the marker, and the checkpoint
         is of another log. Read that partition from the start instead. A partition without a
-        marker (``None``: its writer was fenced) is no longer read."""
+        marker (``None``: its writer was fenced) is no longer read. Each marker's offset goes
+        into ``written``."""
         while True:
             try:
                 partition, offset = markers.get_nowait()
             except queue.Empty:
                 return
+            if offset is not None:
+                written[partition] = offset
             if partition in survivors and offset is None:
                 del survivors[partition]
                 consumer.incremental_unassign([TopicPartition(self.topic, partition)])
