@@ -3,12 +3,15 @@ node's restart, a cluster of three."""
 
 from __future__ import annotations
 
+import time
 import xml.etree.ElementTree as ElementTree
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.embedded import kafka
+from tests.support import topics
 
 POM = "{http://maven.apache.org/POM/4.0.0}"
 
@@ -58,8 +61,20 @@ def test_the_cluster_replicates_new_topics_three_ways(kafka_cluster: kafka.Kafka
     admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
     name = "replicated-by-default"
     admin.create_topics([NewTopic(name, 2)])[name].result(30)
+    # CreateTopics is answered before every broker knows the topic: the one a DescribeConfigs
+    # goes to may still call it unknown.
+    topics.wait_for_leaders(kafka_cluster.bootstrap, name, 2)
     described = admin.list_topics(name, timeout=10).topics[name]
     assert all(len(p.replicas) == 3 for p in described.partitions.values())
     resource = ConfigResource(ResourceType.TOPIC, name)
-    configs = admin.describe_configs([resource])[resource].result(30)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(30)
+            break
+        except KafkaException as error:
+            unknown = error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     assert configs["min.insync.replicas"].value == "2"
