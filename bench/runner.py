@@ -96,6 +96,15 @@ def _group_sizes(text: str) -> str:
 
 QUICK = LegacyOption("--quick", "smaller sizes, fewer or shorter rounds")
 
+# The groups the failover and handover benchmarks load their replicas with.
+_REPLICA_LOAD = (
+    LegacyOption("--groups", "groups (100)", "N", _positive_int),
+    LegacyOption("--members-per-group", "members of each group (2)", "N", _positive_int),
+    LegacyOption(
+        "--heartbeat-interval-ms", "the members' heartbeat interval (1000)", "MS", _positive_int
+    ),
+)
+
 LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
     "assignors": (
         LegacyOption("--report-only", "re-render the README table from the last results"),
@@ -145,20 +154,12 @@ LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
     ),
     "join": (LegacyOption("--rounds", "joins measured on each side", "N", _positive_int),),
     "failover": (
-        LegacyOption("--groups", "groups (100)", "N", _positive_int),
-        LegacyOption("--members-per-group", "members of each group (2)", "N", _positive_int),
-        LegacyOption(
-            "--heartbeat-interval-ms", "the members' heartbeat interval (1000)", "MS", _positive_int
-        ),
+        *_REPLICA_LOAD,
         LegacyOption("--retry-period", "the Lease elector's round, seconds", "S", _positive_float),
     ),
     "failover_kafka": (LegacyOption("--rounds", "failovers measured", "N", _positive_int),),
     "handover": (
-        LegacyOption("--groups", "groups (100)", "N", _positive_int),
-        LegacyOption("--members-per-group", "members of each group (2)", "N", _positive_int),
-        LegacyOption(
-            "--heartbeat-interval-ms", "the members' heartbeat interval (1000)", "MS", _positive_int
-        ),
+        *_REPLICA_LOAD,
         LegacyOption("--lease-seconds", "the partition Leases' duration (8)", "S", _positive_int),
     ),
     "takeover": (QUICK,),

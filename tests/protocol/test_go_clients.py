@@ -32,24 +32,17 @@ the members' stderr.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.embedded import kafka as embedded_kafka
 from kafka_group_operator.protocol import gateway as protocol_gateway
-from kafka_group_operator.protocol import listener as protocol_listener
-from kafka_group_operator.runtime import coordinator_runtime
-from kafka_group_operator.wire import connection as kafka_connection
-from tests.protocol.test_kip848 import topic_id
-from tests.support import client_scenario, goclients, groups, topics
+from tests.support import client_scenario, goclients
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="package")]
 
@@ -84,39 +77,11 @@ def program() -> Path:
 
 
 @pytest_asyncio.fixture(loop_scope="package", scope="module")
-async def go_runtime(
+async def go_stack(
     kafka_broker: embedded_kafka.KafkaCluster,
-) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
-    config = coordinator_runtime.RuntimeConfig(
-        bootstrap_servers=kafka_broker.bootstrap,
-        topic=f"go-state-{uuid.uuid4().hex[:8]}",
-        partitions=2,
-        metadata_interval_ms=500,
-        coordinator=coordinator_config.CoordinatorConfig(initial_rebalance_delay_ms=0),
-    )
-    async with groups.running(config) as running:
+) -> AsyncIterator[client_scenario.Stack]:
+    async with client_scenario.stack(kafka_broker.bootstrap, "go") as running:
         yield running
-
-
-@pytest_asyncio.fixture(loop_scope="package", scope="module")
-async def go_gateway(
-    kafka_broker: embedded_kafka.KafkaCluster, go_runtime: coordinator_runtime.CoordinatorRuntime
-) -> AsyncIterator[protocol_gateway.Gateway]:
-    listener = protocol_listener.Listener(
-        go_runtime, None, protocol_listener.ListenerConfig(port=0)
-    )
-    await listener.start()
-    opened = protocol_gateway.Gateway(
-        protocol_gateway.GatewayConfig(
-            bootstrap_servers=kafka_connection.parse_servers(kafka_broker.bootstrap),
-            coordinator=("127.0.0.1", listener.port),
-            port=0,
-        )
-    )
-    await opened.start()
-    yield opened
-    await opened.stop()
-    await listener.stop()
 
 
 def start(
@@ -156,33 +121,15 @@ def start(
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 async def test_go_consumer_scenario(
-    config: Config,
-    program: Path,
-    kafka_broker: embedded_kafka.KafkaCluster,
-    go_gateway: protocol_gateway.Gateway,
-    go_runtime: coordinator_runtime.CoordinatorRuntime,
+    config: Config, program: Path, go_stack: client_scenario.Stack
 ) -> None:
-    gateway, runtime = go_gateway, go_runtime
-    bootstrap = kafka_broker.bootstrap
-    topic = topics.create_topic(
-        bootstrap, client_scenario.PARTITIONS, messages_per_partition=client_scenario.PER_PARTITION
+    await client_scenario.run_case(
+        config,
+        go_stack,
+        "go",
+        lambda group, topic, instance: start(
+            program, go_stack.gateway, group, topic, config, instance
+        ),
+        ALLOWED_ERRORS,
+        os.environ.get("GO_MATRIX_REPORT"),
     )
-    await topic_id(runtime, topic)
-    group = f"go-{config.name}-{uuid.uuid4().hex[:6]}"
-    await client_scenario.configure(runtime, config, group, topic)
-    report: dict[str, Any] = {"config": config.name}
-    try:
-        await client_scenario.run(
-            config,
-            lambda instance: start(program, gateway, group, topic, config, instance),
-            bootstrap,
-            runtime,
-            group,
-            topic,
-            ALLOWED_ERRORS,
-            report,
-        )
-    finally:
-        await asyncio.to_thread(
-            client_scenario.append_report, os.environ.get("GO_MATRIX_REPORT"), report
-        )

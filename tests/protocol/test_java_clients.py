@@ -33,13 +33,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.protocol import gateway as protocol_gateway
-from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
-from kafka_group_operator.wire import connection as kafka_connection
-from tests.protocol.test_kip848 import topic_id
-from tests.support import client_scenario, groups, java, kafka_node, topics
+from tests.support import client_scenario, java, kafka_node, topics
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="package")]
 
@@ -112,68 +108,31 @@ def kafka() -> Iterator[str]:
 
 
 @pytest_asyncio.fixture(loop_scope="package", scope="module")
-async def kafka_runtime(kafka: str) -> AsyncIterator[coordinator_runtime.CoordinatorRuntime]:
-    config = coordinator_runtime.RuntimeConfig(
-        bootstrap_servers=kafka,
-        topic=f"java-state-{uuid.uuid4().hex[:8]}",
-        partitions=2,
-        metadata_interval_ms=500,
-        coordinator=coordinator_config.CoordinatorConfig(initial_rebalance_delay_ms=0),
-    )
-    async with groups.running(config) as running:
+async def java_stack(kafka: str) -> AsyncIterator[client_scenario.Stack]:
+    async with client_scenario.stack(kafka, "java") as running:
         yield running
 
 
-@pytest_asyncio.fixture(loop_scope="package", scope="module")
-async def kafka_gateway(
-    kafka: str, kafka_runtime: coordinator_runtime.CoordinatorRuntime
-) -> AsyncIterator[protocol_gateway.Gateway]:
-    listener = protocol_listener.Listener(
-        kafka_runtime, None, protocol_listener.ListenerConfig(port=0)
-    )
-    await listener.start()
-    gateway = protocol_gateway.Gateway(
-        protocol_gateway.GatewayConfig(
-            bootstrap_servers=kafka_connection.parse_servers(kafka),
-            coordinator=("127.0.0.1", listener.port),
-            port=0,
-        )
-    )
-    await gateway.start()
-    yield gateway
-    await gateway.stop()
-    await listener.stop()
+@pytest.fixture(scope="module")
+def kafka_runtime(java_stack: client_scenario.Stack) -> coordinator_runtime.CoordinatorRuntime:
+    return java_stack.runtime
+
+
+@pytest.fixture(scope="module")
+def kafka_gateway(java_stack: client_scenario.Stack) -> protocol_gateway.Gateway:
+    return java_stack.gateway
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
-async def test_java_consumer_scenario(
-    config: Config,
-    kafka: str,
-    kafka_gateway: protocol_gateway.Gateway,
-    kafka_runtime: coordinator_runtime.CoordinatorRuntime,
-) -> None:
-    topic = topics.create_topic(
-        kafka, PARTITIONS, messages_per_partition=client_scenario.PER_PARTITION
+async def test_java_consumer_scenario(config: Config, java_stack: client_scenario.Stack) -> None:
+    await client_scenario.run_case(
+        config,
+        java_stack,
+        "java",
+        lambda group, topic, instance: start(java_stack.gateway, group, topic, config, instance),
+        ALLOWED_ERRORS,
+        os.environ.get("JAVA_MATRIX_REPORT"),
     )
-    await topic_id(kafka_runtime, topic)
-    group = f"java-{config.name}-{uuid.uuid4().hex[:6]}"
-    await client_scenario.configure(kafka_runtime, config, group, topic)
-    report: dict[str, Any] = {"config": config.name}
-    try:
-        await client_scenario.run(
-            config,
-            lambda instance: start(kafka_gateway, group, topic, config, instance),
-            kafka,
-            kafka_runtime,
-            group,
-            topic,
-            ALLOWED_ERRORS,
-            report,
-        )
-    finally:
-        await asyncio.to_thread(
-            client_scenario.append_report, os.environ.get("JAVA_MATRIX_REPORT"), report
-        )
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@ the same epochs, fencing and static membership as the member API, with topic ids
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from typing import Any
@@ -24,6 +23,7 @@ from kafka_group_operator.runtime import coordinator_runtime
 from tests.protocol.conftest import TOKENS
 from tests.protocol.test_listener import GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, authenticated
 from tests.protocol.wire import Connection
+from tests.support.topics import topic_id
 
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
 
@@ -36,15 +36,6 @@ UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
 
 REBALANCE_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
-
-
-async def topic_id(runtime: coordinator_runtime.CoordinatorRuntime, topic: str) -> uuid.UUID:
-    for _ in range(100):
-        info = runtime.known_topics().get(topic)
-        if info is not None and info.topic_id:
-            return uuid.UUID(info.topic_id)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no topic id for {topic}")
 
 
 def owned(response: Any) -> dict[uuid.UUID, tuple[int, ...]]:

@@ -23,18 +23,25 @@ records and commits on stdout, one JSON event a line (``tests/clients/java/JavaM
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from kafka_group_operator.coordinator import config as coordinator_config
 from kafka_group_operator.coordinator import messages
+from kafka_group_operator.protocol import gateway as protocol_gateway
+from kafka_group_operator.protocol import listener as protocol_listener
 from kafka_group_operator.runtime import coordinator_runtime
+from kafka_group_operator.wire import connection as kafka_connection
+from tests.support import groups, topics
 
 PARTITIONS = 3
 PER_PARTITION = 5
@@ -161,6 +168,76 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[str]) -> No
     for value in values:
         producer.produce(topic, value.encode(), partition=partition)
     assert producer.flush(30) == 0
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the matrix's clients join through: a coordinator on a state topic of its own,
+    its Kafka listener, and a gateway in front of the listener and the brokers."""
+
+    bootstrap: str
+    runtime: coordinator_runtime.CoordinatorRuntime
+    gateway: protocol_gateway.Gateway
+
+
+@contextlib.asynccontextmanager
+async def stack(bootstrap: str, name: str) -> AsyncIterator[Stack]:
+    config = coordinator_runtime.RuntimeConfig(
+        bootstrap_servers=bootstrap,
+        topic=f"{name}-state-{uuid.uuid4().hex[:8]}",
+        partitions=2,
+        metadata_interval_ms=500,
+        coordinator=coordinator_config.CoordinatorConfig(initial_rebalance_delay_ms=0),
+    )
+    async with groups.running(config) as runtime:
+        listener = protocol_listener.Listener(
+            runtime, None, protocol_listener.ListenerConfig(port=0)
+        )
+        await listener.start()
+        gateway = protocol_gateway.Gateway(
+            protocol_gateway.GatewayConfig(
+                bootstrap_servers=kafka_connection.parse_servers(bootstrap),
+                coordinator=("127.0.0.1", listener.port),
+                port=0,
+            )
+        )
+        await gateway.start()
+        try:
+            yield Stack(bootstrap, runtime, gateway)
+        finally:
+            await gateway.stop()
+            await listener.stop()
+
+
+async def run_case(
+    config: Config,
+    on: Stack,
+    client: str,
+    start: Callable[[str, str, str], Member],
+    allowed_errors: Collection[str],
+    report_path: str | None,
+) -> None:
+    """The scenario for one configuration of ``client``, on a topic and in a group of its
+    own; ``start(group, topic, instance)`` starts a member. Its timings go to
+    ``report_path`` (when one is given), whether it passed or not."""
+    topic = topics.create_topic(on.bootstrap, PARTITIONS, messages_per_partition=PER_PARTITION)
+    await topics.topic_id(on.runtime, topic)
+    group = f"{client}-{config.name}-{uuid.uuid4().hex[:6]}"
+    await configure(on.runtime, config, group, topic)
+    report: dict[str, Any] = {"config": config.name}
+    try:
+        await run(
+            config,
+            lambda instance: start(group, topic, instance),
+            on.bootstrap,
+            on.runtime,
+            group,
+            topic,
+            allowed_errors,
+            report,
+        )
+    finally:
+        await asyncio.to_thread(append_report, report_path, report)
 
 
 def append_report(path: str | None, report: dict[str, Any]) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_group_operator.runtime import coordinator_runtime
 
 
 def create_topic(bootstrap: str, partitions: int, messages_per_partition: int = 0) -> str:
@@ -49,3 +52,13 @@ def produce(
         for index in range(first, first + count):
             producer.produce(topic, f"m{index}".encode(), partition=partition)
     assert producer.flush(30) == 0
+
+
+async def topic_id(runtime: coordinator_runtime.CoordinatorRuntime, topic: str) -> uuid.UUID:
+    """The topic's id, once the coordinator's metadata knows it."""
+    for _ in range(100):
+        info = runtime.known_topics().get(topic)
+        if info is not None and info.topic_id:
+            return uuid.UUID(info.topic_id)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no topic id for {topic}")

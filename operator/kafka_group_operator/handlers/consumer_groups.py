@@ -651,17 +651,31 @@ async def _flush_mirror(state: lifecycle.OperatorState, body: kopf.Body, retry: 
         ) from error
     if flushed is None or flushed.mirrored:
         return
+    _retry_then_warn(
+        state,
+        body,
+        retry,
+        f"the native group is behind: {flushed.message}",
+        "OffsetsNotMirrored",
+        f"the group leaves with its native group behind: {flushed.message}",
+    )
+
+
+def _retry_then_warn(
+    state: lifecycle.OperatorState,
+    body: kopf.Body,
+    retry: int,
+    retrying: str,
+    reason: str,
+    warning: str,
+) -> None:
+    """A step of a group's leaving that did not finish: retried a few times (``retrying``),
+    then the group goes anyway, with a Warning Event saying what is left."""
     if retry < _FLUSH_RETRIES:
         raise kopf.TemporaryError(
-            f"the native group is behind: {flushed.message}",
-            min(retry_delay(retry, state.config.retry_base_seconds), 10.0),
+            retrying, min(retry_delay(retry, state.config.retry_base_seconds), 10.0)
         )
-    kopf.event(
-        body,
-        type="Warning",
-        reason="OffsetsNotMirrored",
-        message=f"the group leaves with its native group behind: {flushed.message}",
-    )
+    kopf.event(body, type="Warning", reason=reason, message=warning)
 
 
 async def _delete_native(state: lifecycle.OperatorState, body: kopf.Body, retry: int) -> None:
@@ -675,16 +689,13 @@ async def _delete_native(state: lifecycle.OperatorState, body: kopf.Body, retry:
     left = await native_group.delete_native(state, group)
     if left is None:
         return
-    if retry < _FLUSH_RETRIES:
-        raise kopf.TemporaryError(
-            f"cannot delete the native group {group.group_id}: {left}",
-            min(retry_delay(retry, state.config.retry_base_seconds), 10.0),
-        )
-    kopf.event(
+    _retry_then_warn(
+        state,
         body,
-        type="Warning",
-        reason="NativeGroupKept",
-        message=f"the brokers' own group {group.group_id} was not deleted: {left}",
+        retry,
+        f"cannot delete the native group {group.group_id}: {left}",
+        "NativeGroupKept",
+        f"the brokers' own group {group.group_id} was not deleted: {left}",
     )
 
 
