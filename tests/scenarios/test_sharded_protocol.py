@@ -267,6 +267,75 @@ async def test_a_consumer_through_the_gateway_reaches_its_groups_coordinator(
     assert await fetch_error(serving.kafka[0], group) == ErrorCode.not_coordinator
 
 
+class RoundRobinService:
+    """What a Kubernetes Service is to a client: one address, each new connection going to
+    the next of its endpoints (kube-proxy picks one per connection)."""
+
+    def __init__(self, endpoints: list[tuple[str, int]]) -> None:
+        self.endpoints = endpoints
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return "127.0.0.1", self.server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.endpoints[self.connections % len(self.endpoints)]
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection(host, port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_gateway_behind_a_load_balanced_service_reaches_each_groups_coordinator(
+    serving: Pair, broker: embedded.EmbeddedBroker
+) -> None:
+    """The chart gives each gateway the coordinators' Service, which sends every new
+    connection to any replica. A group must still reach its own coordinator: the gateway may
+    not take a later connection to the Service for the replica its first one reached (it
+    did, and a member whose connection landed elsewhere was answered NOT_COORDINATOR, asked
+    again, was sent back to the same port, and never joined)."""
+    service = RoundRobinService([serving.address(0), serving.address(1)])
+    address = await service.start()
+    gateway = protocol_gateway.Gateway(
+        protocol_gateway.GatewayConfig(
+            bootstrap_servers=kafka_connection.parse_servers(broker.bootstrap),
+            coordinator=address,
+            port=0,
+        )
+    )
+    await gateway.start()
+    try:
+        for owner in (0, 1, 0, 1):
+            topic = topics.create_topic(
+                broker.bootstrap, PARTITIONS, messages_per_partition=PER_PARTITION
+            )
+            group = group_on(owner, f"service-{uuid.uuid4().hex[:4]}")
+            records = await asyncio.to_thread(consume, gateway.port, group, topic, "consumer")
+            assert records == [(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)]
+            expected = {p: PER_PARTITION for p in range(PARTITIONS)}
+            assert await asyncio.to_thread(committed, serving.kafka[owner], group) == expected
+        assert service.connections > 2
+    finally:
+        await gateway.stop()
+        await service.stop()
+
+
 def test_a_bad_kafka_peers_option_is_one_line(broker: embedded.EmbeddedBroker) -> None:
     for spec, message in (
         ("1=nowhere", "is not host:port"),

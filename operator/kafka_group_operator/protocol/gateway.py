@@ -17,9 +17,12 @@ connections. The gateway listens on loopback:
   when a reply names an unknown node or address): a node it does not confirm is left out of
   the client's reply (a transaction coordinator: ``COORDINATOR_NOT_AVAILABLE``) and never
   connected to, so the brokers' credentials and TLS connections go to those brokers only;
-- one **peer coordinator port** per other coordinator listener, opened when FindCoordinator
-  first names one (several coordinators splitting the state topic, ``protocol.peers``): it
-  serves like the coordinator port, with that listener for the group APIs. A group's
+- one **peer coordinator port** per coordinator listener FindCoordinator names at an
+  address other than the configured one (several coordinators splitting the state topic,
+  ``protocol.peers``), opened when first named: it serves like the coordinator port, with
+  that listener for the group APIs. The configured address may be a Service whose every
+  connection reaches any replica, so a group owned by the replica one connection reached
+  is still served through the owner's own address. A group's
   coordinator follows the listeners' answers: the coordinator port's FindCoordinator is
   answered by the listener, and a broker's answer for a group is replaced by the listener's
   (asked on a connection of the gateway's own), so that a client sent back by
@@ -75,7 +78,6 @@ from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersions
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from kio.schema.metadata.v1.request import MetadataRequest
 from kio.static.primitive import i8, i16, i32
 
 from kafka_group_operator.wire import connection, framing
@@ -250,7 +252,6 @@ class Gateway:
         self._resolver: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._resolver_lock = asyncio.Lock()
         self._resolver_calls = 0
-        self._listener_node_id: int | None = None
         # The listener's API versions, from the gateway's ApiVersions on each connection.
         self._listener_versions: dict[int, tuple[int, int]] = {}
         # The brokers' ApiVersions replies, rewritten (after the correlation id), by request
@@ -528,13 +529,6 @@ class Gateway:
             sasl = self.config.coordinator_security.sasl
             if sasl is not None:
                 await authenticate(up_reader, up_writer, sasl)
-            if address == self.config.coordinator and self._listener_node_id is None:
-                # Its own node id (its Metadata's controller): FindCoordinator answers that
-                # name it mean the coordinator port, whatever address it advertises.
-                metadata = await connection.call(
-                    up_reader, up_writer, MetadataRequest(topics=()), -5
-                )
-                self._listener_node_id = int(metadata.controller_id)
         except (OSError, framing.FrameError) as error:
             await _close(up_writer)
             raise UpstreamError(f"coordinator listener: {error}") from None
@@ -807,11 +801,9 @@ class Gateway:
         """The local node standing for the coordinator listener ``owner`` (node id, host,
         port): the coordinator port for the configured one (or no owner known), else that
         peer's port."""
-        if (
-            owner is None
-            or owner[0] == self._listener_node_id
-            or owner[1:] == self.config.coordinator
-        ):
+        # Not by node id: the configured address may be a Service, whose every connection
+        # may reach another replica, so only the owner's own address reaches it each time.
+        if owner is None or owner[1:] == self.config.coordinator:
             return self.config.coordinator_node_id, self.config.host, self.port
         address = (owner[1], owner[2])
         async with self._broker_lock:
