@@ -44,6 +44,7 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +63,8 @@ ARCHIVE_ENV = "KGO_SPARK_CLASS_ARCHIVE"
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-Xlog:disable", "-Xlog:all=warning:stderr")
 # How long a job's end waits for the JVM to write the archive before leaving it unfinished.
 ARCHIVE_WRITE_TIMEOUT_S = 300.0
+# How long a job's JVM may take to exit once its session stopped, before it is killed.
+JVM_EXIT_WAIT_S = 10.0
 # A recording's temporary file this old belongs to no running job.
 STALE_RECORDING_S = 24 * 3600.0
 
@@ -111,9 +114,17 @@ def build_session(
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.driver.extraJavaOptions", " ".join(options))
         )
-    if direct:
-        _launch_gateway(builder)
-    return builder.getOrCreate()
+    if not direct:
+        return builder.getOrCreate()
+    started = _launch_gateway(builder)
+    try:
+        return builder.getOrCreate()
+    except BaseException:
+        # Ctrl-C (or a failure) while Spark starts: the JVM this call started, in a session
+        # of its own, would outlive the job.
+        if started:
+            _end_jvm(JVM_EXIT_WAIT_S)
+        raise
 
 
 _log: Path | None = None
@@ -126,15 +137,20 @@ def spark_log() -> Path | None:
     return _job_log
 
 
-def _launch_gateway(builder: SparkSession.Builder) -> None:
+def _launch_gateway(builder: SparkSession.Builder) -> bool:
     """Starts the JVM as pyspark would, but in a session of its own and with its output in a
-    log file (see the module docstring); nothing when a JVM already runs in this process."""
+    log file (see the module docstring); nothing when a JVM already runs in this process.
+    Whether it started one.
+
+    A Ctrl-C while the JVM starts waits until pyspark has its handle (interrupted earlier,
+    pyspark would lose it and the JVM outlive the job), then ends it and raises
+    ``KeyboardInterrupt``."""
     global _log
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:
-        return
+        return False
     java_home = os.environ.get("JAVA_HOME")
     if not (Path(java_home, "bin", "java").is_file() if java_home else shutil.which("java")):
         raise errors.JobError(
@@ -147,14 +163,24 @@ def _launch_gateway(builder: SparkSession.Builder) -> None:
     handle, name = tempfile.mkstemp(prefix="kgo-spark-", suffix=".log")
     log = os.fdopen(handle, "wb")
     _log = Path(name)
+    deferred: list[int] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: deferred.append(signum))
     try:
         gateway = launch_gateway(  # type: ignore[no-untyped-call]
             conf, popen_kwargs={"start_new_session": True, "stdout": log, "stderr": log}
         )
     finally:
         log.close()  # the JVM holds its own descriptor
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     SparkContext._gateway = gateway
     SparkContext._jvm = gateway.jvm
+    if deferred:
+        _end_jvm(JVM_EXIT_WAIT_S)
+        raise KeyboardInterrupt
+    return True
 
 
 def forget_log() -> None:
@@ -228,6 +254,8 @@ def job_session(
             archive = class_archive()
             if recording is not None and archive is not None:
                 _finish_archive(recording, archive)
+            else:
+                _end_jvm(JVM_EXIT_WAIT_S)
             if not failed:
                 forget_log()
 
@@ -304,29 +332,35 @@ def _archive_to_record(master: str | None) -> Path | None:
 
 
 def _finish_archive(recording: Path, archive: Path) -> None:
-    """Ends the JVM (it writes the archive as it exits) and puts the archive in place.
+    """Ends the JVM (it writes the archive as it exits) and puts the archive in place."""
+    try:
+        if _end_jvm(ARCHIVE_WRITE_TIMEOUT_S) == 0 and recording.stat().st_size > 0:
+            recording.replace(archive)
+    finally:
+        recording.unlink(missing_ok=True)
 
-    The gateway's JVM exits when its stdin closes; this process's later sessions, if any,
-    start a new one.
-    """
+
+def _end_jvm(wait_s: float) -> int | None:
+    """Ends the gateway's JVM, which exits when its stdin closes, and kills it if it has not
+    within ``wait_s``; its exit code (None: killed, or no JVM). It runs in a session of its
+    own, so nothing else ends it: a JVM left running outlives the job for good. This
+    process's later sessions, if any, start a new one."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
-    try:
-        if process is None:
-            return
-        with contextlib.suppress(Exception):
-            gateway.shutdown()  # type: ignore[union-attr]
+    if process is None:
+        return None
+    with contextlib.suppress(Exception):
+        gateway.shutdown()  # type: ignore[union-attr]
+    with contextlib.suppress(OSError):
         process.stdin.close()
-        try:
-            process.wait(ARCHIVE_WRITE_TIMEOUT_S)
-        except Exception:
-            process.kill()
-            return
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        if process.returncode == 0 and recording.stat().st_size > 0:
-            recording.replace(archive)
-    finally:
-        recording.unlink(missing_ok=True)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    try:
+        code: int = process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return None
+    return code

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -186,10 +187,12 @@ def _command(pid: int) -> str:
 
 def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(dev: DevSetup, tmp_path: Path) -> None:
     location = tmp_path / "snaps" / "interrupted"
+    # Every process the job starts inherits it: none may be left once the job has ended.
+    mark = uuid.uuid4().hex
     process = subprocess.Popen(
         [sys.executable, "-m", "kafka_group_operator", "snapshot", "shop.orders",
          "--location", str(location)],
-        env={**os.environ, **dev.env},
+        env={**os.environ, **dev.env, "KGO_TEST_MARK": mark},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -216,11 +219,29 @@ def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(dev: DevSetup, tmp_
     assert all(PROGRESS.match(line) for line in lines[:-1]), stderr
     assert not location.exists()
     assert not location.parent.exists() or not list(location.parent.iterdir())
-    # The job and its JVM are gone with it.
+    # The job and its JVM are gone with it (Spark's JVM runs in a session of its own: nothing
+    # ends it by itself), and so is anything else it started.
     deadline = time.monotonic() + 60
     while Path(f"/proc/{jvm}").exists() and "java" in _command(jvm):
         assert time.monotonic() < deadline, "the JVM outlived its job"
         time.sleep(0.1)
+    while left := _marked(mark):
+        assert time.monotonic() < deadline, f"outlived the job: {[_command(p) for p in left]}"
+        time.sleep(0.1)
+
+
+def _marked(mark: str) -> list[int]:
+    """The processes whose environment carries ``KGO_TEST_MARK=mark``."""
+    wanted = f"KGO_TEST_MARK={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 class Terminal(io.StringIO):

@@ -425,12 +425,39 @@ def _stop(process: subprocess.Popen[str], location: str | None) -> None:
     try:
         process.wait(STOP_GRACE_S)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        # Spark's JVM runs in a session of its own, out of the job's process group: found
+        # first, while it is still the job's child.
+        below = _descendants(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         process.wait()
     if location is not None:
         for leftover in locations.staging_leftovers(location):
             _remove(leftover)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    return found
 
 
 def _remove(path: Path) -> None:
