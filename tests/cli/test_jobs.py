@@ -185,7 +185,11 @@ def _command(pid: int) -> str:
         return ""
 
 
-def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(dev: DevSetup, tmp_path: Path) -> None:
+# Ctrl-C, and a `kill` (or a container stopping): the same stop.
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(
+    dev: DevSetup, tmp_path: Path, signum: signal.Signals
+) -> None:
     location = tmp_path / "snaps" / "interrupted"
     # Every process the job starts inherits it: none may be left once the job has ended.
     mark = uuid.uuid4().hex
@@ -208,7 +212,7 @@ def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(dev: DevSetup, tmp_
             assert process.poll() is None, process.communicate()
             jvm = next((p for p in _descendants(process.pid) if "java" in _command(p)), None)
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        process.send_signal(signum)  # SIGINT: what Ctrl-C sends to the foreground process
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:

@@ -375,6 +375,10 @@ def run_job(
     assert process.stderr is not None
     reader = threading.Thread(target=progress.follow, args=(process.stderr,), daemon=True)
     reader.start()
+    # SIGTERM (a `kill`, a container stopping) stops the job as Ctrl-C does: the job runs in a
+    # session of its own, and would otherwise go on without anyone to wait for it.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         stdout = process.stdout.read()
         process.wait()
@@ -384,6 +388,8 @@ def run_job(
         _stop(process, location)
         raise _Interrupted(_interrupted(args, command)) from None
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         reader.join(10)
         progress.clear()
     if process.returncode == INTERRUPTED_EXIT:  # stopped by a signal sent to it directly
@@ -402,6 +408,10 @@ def run_job(
         raise common.CommandError("the job printed no result")
     print(common.dump(result, args.output))
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 class _Interrupted(common.CommandError):
