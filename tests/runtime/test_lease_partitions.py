@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from typing import Any
 
 import pytest
@@ -92,18 +93,24 @@ async def test_taking_giving_up_and_taking_back_a_partition(
         assert a.partition_state(group) is State.FENCED
 
 
-@pytest.mark.parametrize("how", ["lease-expired", "lease-lost"])
+@pytest.mark.parametrize("how", ["lease-expired", "lease-lost", "handed-over"])
 async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
-    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, how: str
+    broker: embedded.EmbeddedBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
 ) -> None:
+    caplog.set_level(logging.INFO)
     name = logs.unique_topic()
     group = groups.group_on(1, PARTITIONS)
     held: dict[int, bool] = {0: True, 1: True}
+    given_up: set[int] = set()
     async with (
         groups.running(_config(broker.bootstrap, name)) as a,
         groups.running(_config(broker.bootstrap, name)) as b,
     ):
         a.lease_check = held.__getitem__
+        a.lease_given_up = given_up.__contains__
         a.acquire(1)
         await _until_active(a, group)
         await a.commit_offsets(groups.admin_commit(group, 1))  # acknowledged while the lease holds
@@ -113,12 +120,24 @@ async def test_a_commit_in_flight_when_the_lease_goes_is_never_acknowledged(
         if how == "lease-expired":
             # The renew deadline passed; nobody has told the runtime yet.
             held[1] = False
+        elif how == "handed-over":
+            # The elector gave the partition up (a stopping replica); its on_lost is still
+            # on its way to the runtime's loop.
+            held[1] = False
+            given_up.add(1)
         else:
             a.release(1)  # the elector's on_lost
         opened.set()
         with pytest.raises(errors.NotCoordinator):
             await asyncio.wait_for(in_flight, 10)
         assert a.partition_state(group) is State.NOT_SERVED
+        stopped = [
+            r for r in caplog.records if "stopped serving state partition 1" in r.getMessage()
+        ]
+        if how != "lease-lost":
+            # A handover is a choice (INFO); an expiry nobody chose is a WARNING.
+            levels = {r.levelno for r in stopped}
+            assert levels == {logging.INFO if how == "handed-over" else logging.WARNING}
         # The new holder has every acknowledged commit; the refused one may be there too
         # (the brokers took it), which a client's retry would have made true anyway.
         b.acquire(1)

@@ -160,6 +160,7 @@ class LeasedShards:
             clock=clock,
         )
         runtime.lease_check = self.elector.holds
+        runtime.lease_given_up = self.elector.given_up
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the runtime's
         self._elector_loop: asyncio.AbstractEventLoop | None = None

@@ -168,6 +168,8 @@ class LeaseElector:
     settled: Callable[[int], bool] | None = None
     clock: Callable[[], float] = time.monotonic
     _held: dict[int, _Hold] = field(default_factory=dict, init=False)
+    # Partitions last let go by choice (``given_up``); a Lease taken again clears it.
+    _given_up: set[int] = field(default_factory=set, init=False)
     _seen: dict[int, _Seen] = field(default_factory=dict, init=False)
     # Each partition's Lease as last read or reported by the watch (not those held).
     _latest: dict[int, leases.Lease | None] = field(default_factory=dict, init=False)
@@ -194,6 +196,11 @@ class LeaseElector:
         """Whether this replica may still act as ``partition``'s coordinator (check before acks)."""
         hold = self._held.get(partition)
         return hold is not None and self.clock() < hold.valid_until
+
+    def given_up(self, partition: int) -> bool:
+        """Whether this replica last let ``partition`` go by choice (a handover, a
+        rebalance, a shutdown) rather than losing its Lease."""
+        return partition in self._given_up
 
     def holder(self, partition: int) -> str | None:
         """Who coordinates ``partition`` as far as this replica knows: itself while it holds
@@ -668,6 +675,7 @@ class LeaseElector:
             log.warning("cannot take the lease of partition %d: %s", partition, error)
             return
         self._held[partition] = _Hold(taken, sent_at + self.config.renew_deadline_seconds)
+        self._given_up.discard(partition)
         self._seen[partition] = _seen_now(taken, sent_at)
         log.info("holding partition %d", partition)
         self.on_acquired(partition)
@@ -699,6 +707,7 @@ class LeaseElector:
     def _drop(self, partition: int, why: str, voluntary: bool = False) -> None:
         if self._held.pop(partition, None) is not None:
             if voluntary:
+                self._given_up.add(partition)
                 log.info("gave partition %d up: %s", partition, why)
             else:
                 log.warning("lost partition %d: %s", partition, why)

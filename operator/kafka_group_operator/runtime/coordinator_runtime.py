@@ -319,6 +319,8 @@ class CoordinatorRuntime:
         # Whether this process may still acknowledge anything of a partition (the elector's
         # ``holds``, set by whoever runs one); None: always (fixed partition sets).
         self.lease_check: Callable[[int], bool] | None = None
+        # Whether a partition whose Lease ``lease_check`` denies was given up by choice.
+        self.lease_given_up: Callable[[int], bool] | None = None
         self._partitions: list[_Partition] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._topics: dict[str, messages.TopicInfo] = {}
@@ -1142,7 +1144,14 @@ class CoordinatorRuntime:
             # The Lease may already be another replica's: acknowledge nothing. What was
             # just written is not replayed here, so memory and log are apart: stop serving.
             _fail(accepted, _released(partition.index))
-            self.release(partition.index, "its lease expired while a write was in flight")
+            if self.lease_given_up is not None and self.lease_given_up(partition.index):
+                # Handed over while the write was in flight: the elector's own word (INFO)
+                # is on its way; this only comes first.
+                self.release(
+                    partition.index, "given up while a write was in flight", voluntary=True
+                )
+            else:
+                self.release(partition.index, "its lease expired while a write was in flight")
             return
         try:
             for _, outcome in accepted:
