@@ -32,34 +32,53 @@ def condition(kind: str, status: str, reason: str) -> dict[str, Any]:
     return {"type": kind, "status": status, "reason": reason, "message": ""}
 
 
+BODY = {
+    "apiVersion": "kafkagroups.io/v1alpha1",
+    "kind": "ConsumerGroup",
+    "metadata": {"name": "g", "namespace": "ns"},
+    "spec": {"replicas": 1},
+}
+
+
+async def stale_write(
+    api: client.KubeClient,
+    kmock: kube.ApiServer,
+    written: dict[str, Any],
+    stale: dict[str, Any],
+    owned: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """The group with ``written`` as its status, then a handler's write of ``stale`` (built
+    from an older view of it): the status stored after that, conditions by type."""
+    await api.create(client.CONSUMER_GROUPS, "ns", BODY)
+    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"conditions": [written]})
+    state: Any = SimpleNamespace(kube=api)
+    await consumer_groups._patch_status(state, BODY, stale, owned=owned)
+    stored = kmock.get(RESOURCE, "ns", "g")
+    assert stored is not None
+    status: dict[str, Any] = stored["status"]
+    status["conditions"] = {c["type"]: c["status"] for c in status["conditions"]}
+    return status
+
+
 async def test_a_stale_status_write_keeps_a_finished_resets_condition(
     api: client.KubeClient, kmock: kube.ApiServer
 ) -> None:
-    body = {
-        "apiVersion": "kafkagroups.io/v1alpha1",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": "g", "namespace": "ns"},
-        "spec": {"replicas": 1},
-    }
-    await api.create(client.CONSUMER_GROUPS, "ns", body)
-    # The reset finished: the reset handler wrote ResetInProgress=False.
-    done = condition(conditions.RESET_IN_PROGRESS, "False", "Done")
-    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"conditions": [done]})
-    # The status daemon computed its status from the object as it was mid-reset.
-    stale = {
-        "state": "Stable",
-        "conditions": [
-            condition(conditions.READY, "True", "Stable"),
-            condition(conditions.RESET_IN_PROGRESS, "True", "Pausing"),
-        ],
-    }
-    state: Any = SimpleNamespace(kube=api)
-    await consumer_groups._patch_status(state, body, stale)
-    stored = kmock.get(RESOURCE, "ns", "g")
-    assert stored is not None
-    found = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
-    assert found == {conditions.RESET_IN_PROGRESS: "False", conditions.READY: "True"}
-    assert stored["status"]["state"] == "Stable"
+    # The reset finished: the reset handler wrote ResetInProgress=False. The status daemon
+    # computed its status from the object as it was mid-reset.
+    stored = await stale_write(
+        api,
+        kmock,
+        condition(conditions.RESET_IN_PROGRESS, "False", "Done"),
+        {
+            "state": "Stable",
+            "conditions": [
+                condition(conditions.READY, "True", "Stable"),
+                condition(conditions.RESET_IN_PROGRESS, "True", "Pausing"),
+            ],
+        },
+    )
+    assert stored["conditions"] == {conditions.RESET_IN_PROGRESS: "False", conditions.READY: "True"}
+    assert stored["state"] == "Stable"
 
 
 async def test_a_stale_status_refresh_keeps_a_resumed_groups_condition(
@@ -68,26 +87,17 @@ async def test_a_stale_status_refresh_keeps_a_resumed_groups_condition(
     """The status daemon's refresh, computed on the body it saw while the group's
     reconciliation was paused, must not write ReconciliationPaused=True back over the resumed
     reconcile's False: nothing would ever set it False again."""
-    body = {
-        "apiVersion": "kafkagroups.io/v1alpha1",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": "g", "namespace": "ns"},
-        "spec": {"replicas": 1},
-    }
-    await api.create(client.CONSUMER_GROUPS, "ns", body)
-    resumed = condition(consumer_groups.RECONCILIATION_PAUSED, "False", "AnnotationRemoved")
-    await api.patch_status(client.CONSUMER_GROUPS, "ns", "g", {"conditions": [resumed]})
-    stale = {
-        "conditions": [
-            condition(conditions.READY, "True", "GroupStable"),
-            condition(consumer_groups.RECONCILIATION_PAUSED, "True", "AnnotationSet"),
-        ],
-    }
-    state: Any = SimpleNamespace(kube=api)
-    await consumer_groups._patch_status(
-        state, body, stale, owned=consumer_groups.REFRESHED_CONDITIONS
+    paused = consumer_groups.RECONCILIATION_PAUSED
+    stored = await stale_write(
+        api,
+        kmock,
+        condition(paused, "False", "AnnotationRemoved"),
+        {
+            "conditions": [
+                condition(conditions.READY, "True", "GroupStable"),
+                condition(paused, "True", "AnnotationSet"),
+            ],
+        },
+        owned=consumer_groups.REFRESHED_CONDITIONS,
     )
-    stored = kmock.get(RESOURCE, "ns", "g")
-    assert stored is not None
-    found = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
-    assert found == {consumer_groups.RECONCILIATION_PAUSED: "False", conditions.READY: "True"}
+    assert stored["conditions"] == {paused: "False", conditions.READY: "True"}
