@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.hang_guard import pytest_runtest_protocol  # noqa: F401  (a hook)
 
 from e2e.support import controlplane, node
 from kafka_group_operator.embedded import kafka

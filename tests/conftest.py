@@ -19,6 +19,7 @@ import pytest
 
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.embedded import kafka
+from tests.support.hang_guard import pytest_runtest_protocol  # noqa: F401  (a hook)
 
 BROKERS = ("kafka", "tansu")
 
