@@ -252,8 +252,8 @@ class Canary:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._task, 10)
 
 
 def stop_all(served: Iterable[Served]) -> None:

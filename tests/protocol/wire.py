@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from typing import Any
 
@@ -51,6 +50,12 @@ class Connection:
         return data == b""
 
     async def close(self) -> None:
+        """Close, waiting at most 5 s for the peer: a transport still holding unsent bytes
+        that the peer never reads would otherwise wait for good."""
         self.writer.close()
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            await self.writer.wait_closed()
+        try:
+            await asyncio.wait_for(self.writer.wait_closed(), 5)
+        except TimeoutError:
+            self.writer.transport.abort()
+        except (ConnectionError, ssl.SSLError):
+            pass
