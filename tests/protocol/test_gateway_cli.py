@@ -16,7 +16,7 @@ from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.protocol import listener as protocol_listener
 from tests.cli.conftest import ROOT, kgo
 from tests.protocol import test_gateway
-from tests.support import topics
+from tests.support import processes, topics
 
 # The gateway's settings come from the environment in a pod; none may leak into these runs.
 CLEAN = {
@@ -108,14 +108,7 @@ async def test_gateway_process_serves_and_stops_on_sigterm(
         stderr=subprocess.PIPE,
     )
     try:
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                assert process.returncode is None, "kgo gateway exited"
-                await asyncio.sleep(0.1)
+        await processes.until_accepting(port, process, "kgo gateway")
         records = await asyncio.to_thread(test_gateway.kafka_python_fetch, port, topic)
         assert len(records) == test_gateway.PARTITIONS * test_gateway.PER_PARTITION
         process.send_signal(signal.SIGTERM)

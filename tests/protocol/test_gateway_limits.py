@@ -36,7 +36,7 @@ from kafka_group_operator.wire import framing
 from tests.cli.conftest import ROOT
 from tests.protocol.test_gateway_cli import CLEAN
 from tests.protocol.test_gateway_upstream_trust import broker_port, replies_until_closed
-from tests.support import topics
+from tests.support import processes, topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.asyncio(loop_scope="package")]
 
@@ -77,14 +77,7 @@ async def gateway_process(
         stderr=subprocess.DEVNULL,
     )
     try:
-        for _ in range(300):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                assert process.returncode is None, "kgo gateway exited"
-                await asyncio.sleep(0.1)
+        await processes.until_accepting(port, process, "kgo gateway")
         yield process, port
     finally:
         if process.returncode is None:
