@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
@@ -114,6 +115,37 @@ async def test_a_newer_writer_fences_the_older_one_for_good(
         # Only the partition another writer took is lost.
         await first.append(1, [record])
         await second.append(0, [record])
+    finally:
+        first.stop()
+        second.stop()
+
+
+async def test_a_fenced_writer_s_producer_ends_with_its_failure(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """The dropped producer ends when it is dropped, not when the failure that dropped it does
+    (its traceback holds the writer's frames) nor at the next full collection: until then its
+    threads would keep connecting to the brokers."""
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
+    first.start()
+    second.start()
+    try:
+        await first.append(0, [_record(1)])
+        dropped = id(first._producers[0]._producer)
+        await second.append(0, [_record(2)])  # fences `first`
+        gc.disable()  # only reference counting may end it
+        try:
+            with pytest.raises(runtime_errors.WriterFenced) as raised:
+                await first.append(0, [_record(3)])
+            assert raised.value.__cause__ is not None  # the failure and its traceback are held
+            assert not any(
+                id(found) == dropped and isinstance(found, Producer) for found in gc.get_objects()
+            )
+        finally:
+            gc.enable()
     finally:
         first.stop()
         second.stop()

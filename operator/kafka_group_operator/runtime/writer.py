@@ -211,9 +211,8 @@ class _PartitionProducer:
             # A start that timed out resumes with the same producer (librdkafka's advice):
             # a new one would ask the brokers for a new epoch again, and an overloaded
             # broker might never get through.
-            producer = self._starting or Producer(self._config)
-            self._starting = producer
-            producer.init_transactions(self._timeout_s)
+            self._starting = self._starting or Producer(self._config)
+            self._starting.init_transactions(self._timeout_s)
         except KafkaException as error:
             failure: KafkaError = error.args[0]
             if failure.fatal() or not failure.retriable():
@@ -221,8 +220,7 @@ class _PartitionProducer:
             raise errors.WriteFailed(
                 f"cannot start the state producer: {failure.str()}", failure.name()
             ) from error
-        self._starting = None
-        self._producer = producer
+        self._producer, self._starting = self._starting, None
         # And once more after: the older holder may have committed between the first
         # marker and the fencing, and its probe reads only from its last commit on.
         if marker is None:
@@ -240,6 +238,9 @@ class _PartitionProducer:
             raise self._fenced(KafkaError(KafkaError._FENCED))
         if self._producer is None:
             self._start_producer()
+        # Every raise below deletes this name first: the failure's traceback holds this
+        # frame, and must not keep a dropped producer (its threads, its connections) alive
+        # for as long as someone holds the failure, or until the next full collection.
         producer = self._producer
         assert producer is not None
         last_offset = -1
@@ -267,10 +268,13 @@ class _PartitionProducer:
                         # The local queue is full: let deliveries drain it, then go on.
                         producer.poll(0.001)
         except KafkaException as error:
-            raise self._settle(producer, error.args[0]) from error
+            settled = self._settle(producer, error.args[0])
+            del producer
+            raise settled from error
         except Exception as error:
             # A record that could not even be queued: nothing of this transaction may land.
             self._drop()
+            del producer
             raise errors.WriteFailed(
                 f"cannot queue state records: {error}", "INVALID_RECORD"
             ) from error
@@ -284,9 +288,12 @@ class _PartitionProducer:
                 kafka_error: KafkaError = error.args[0]
                 if attempt == 0 and kafka_error.retriable() and not kafka_error.fatal():
                     continue
-                raise self._settle(producer, kafka_error) from error
+                settled = self._settle(producer, kafka_error)
+                del producer
+                raise settled from error
         if failures:  # committed, yet a delivery failed: cannot happen; trust nothing
             self._drop()
+            del producer
             raise errors.WriteFailed(f"state topic write failed: {failures[0].str()}", "UNKNOWN")
         self._last_committed = max(self._last_committed, last_offset)
         return last_offset
@@ -380,7 +387,9 @@ class _PartitionProducer:
                 )
         # Whatever went wrong, this producer is not trusted again. A fenced one is never
         # replaced; any other is, and the new one's init_transactions settles what this
-        # one left open (committed or aborted) before anything new is written.
+        # one left open (committed or aborted) before anything new is written. The failure
+        # returned may hold this frame (through its traceback): it must not hold the producer.
+        del producer
         self._drop()
         if error.code() in _FENCED_CODES or error.fatal():
             # A fatal error may be a fence in disguise: a producer fenced while it adds the
