@@ -177,6 +177,8 @@ class _PartitionProducer:
         self._last_committed = -1
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
         self._in_doubt = False
+        # Dropped producers whose last transaction may still be ending, and until when (_drop).
+        self._retired: list[tuple[float, Producer]] = []
         # Where the probe reads have got to without finding another coordinator's marker.
         self._probed_to = 0
         # Set in this thread once fenced: appends already queued behind the one that found
@@ -390,7 +392,7 @@ class _PartitionProducer:
         # one left open (committed or aborted) before anything new is written. The failure
         # returned may hold this frame (through its traceback): it must not hold the producer.
         del producer
-        self._drop()
+        self._drop(settled=error.code() in _FENCED_CODES or error.fatal())
         if error.code() in _FENCED_CODES or error.fatal():
             # A fatal error may be a fence in disguise: a producer fenced while it adds the
             # partition to its transaction fails the next produce with a bare "fatal error"
@@ -442,8 +444,15 @@ class _PartitionProducer:
             f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
         )
 
-    def _drop(self) -> None:
+    def _drop(self, settled: bool = False) -> None:
+        """Drop the producer. A ``settled`` one (fenced, or failed for good) ends now; any
+        other is retired for twice the write timeout first: the end of its last transaction
+        (a commit that timed out goes on inside librdkafka) may still be on its way to the
+        brokers, and ended there the transaction stops holding back ``read_committed``
+        readers at once rather than when the brokers time it out."""
         producer, self._producer = self._producer, None
+        now = time.monotonic()
+        self._retired = [(until, kept) for until, kept in self._retired if until > now]
         if producer is not None:
             # Fail whatever the producer still holds; librdkafka destroys it with the object.
             # A producer in a fatal state (fenced) may raise here too: that must not cut
@@ -452,9 +461,12 @@ class _PartitionProducer:
             with contextlib.suppress(KafkaException):
                 producer.purge()
                 producer.flush(0)
+            if not settled:
+                self._retired.append((now + 2 * self._timeout_s, producer))
 
     def close(self, timeout_s: float) -> None:
         """In the partition's thread: abort an unfinished transaction, drop the producer."""
+        self._retired.clear()
         producer, self._producer = self._producer, None
         if producer is not None:
             try:
