@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -149,6 +150,31 @@ async def test_a_fenced_writer_s_producer_ends_with_its_failure(
     finally:
         first.stop()
         second.stop()
+
+
+async def test_a_producer_dropped_in_doubt_is_kept_until_its_transaction_can_have_ended(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """Unlike a fenced one, a producer dropped with its transaction's outcome unknown may still
+    be ending that transaction inside librdkafka: kept for twice the write timeout, then
+    ended."""
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, 1)
+    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=3000, kafka_config={})
+    alone.start()
+    try:
+        await alone.append(0, [_record(1)])
+        partition = alone._producers[0]
+        dropped = id(partition._producer)
+        _in_doubt(alone, 0)
+        assert [id(kept) for _, kept in partition._retired] == [dropped]
+        until = partition._retired[0][0]
+        assert 5.5 < until - time.monotonic() <= 6
+        await asyncio.sleep(until - time.monotonic() + 0.1)
+        await alone.append(0, [_record(2)])
+        assert partition._retired == []
+    finally:
+        alone.stop()
 
 
 def _record(offset: int) -> tuple[bytes, bytes | None]:

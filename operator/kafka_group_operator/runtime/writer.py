@@ -238,6 +238,8 @@ class _PartitionProducer:
         """In the partition's thread: one transaction holding ``batch``; its last offset."""
         if self.fenced:
             raise self._fenced(KafkaError(KafkaError._FENCED))
+        if self._retired:
+            self._end_retired(time.monotonic())
         if self._producer is None:
             self._start_producer()
         # Every raise below deletes this name first: the failure's traceback holds this
@@ -452,7 +454,7 @@ class _PartitionProducer:
         readers at once rather than when the brokers time it out."""
         producer, self._producer = self._producer, None
         now = time.monotonic()
-        self._retired = [(until, kept) for until, kept in self._retired if until > now]
+        self._end_retired(now)
         if producer is not None:
             # Fail whatever the producer still holds; librdkafka destroys it with the object.
             # A producer in a fatal state (fenced) may raise here too: that must not cut
@@ -463,6 +465,9 @@ class _PartitionProducer:
                 producer.flush(0)
             if not settled:
                 self._retired.append((now + 2 * self._timeout_s, producer))
+
+    def _end_retired(self, now: float) -> None:
+        self._retired = [(until, kept) for until, kept in self._retired if until > now]
 
     def close(self, timeout_s: float) -> None:
         """In the partition's thread: abort an unfinished transaction, drop the producer."""
