@@ -124,7 +124,14 @@ def served_groups(urls: list[str], group_ids: list[str]) -> dict[str, list[int]]
             each = client.CoordinatorClient(url, group, None, timeout_s=5)
             try:
                 each.fetch()
-            except (errors.NotCoordinator, errors.CoordinatorNotAvailable, OSError):
+            except (
+                errors.NotCoordinator,
+                errors.CoordinatorNotAvailable,
+                # Reloading the partition (a write whose outcome was unknown): not serving
+                # now; the caller asks again.
+                errors.CoordinatorLoadInProgress,
+                OSError,
+            ):
                 continue
             finally:
                 each.close()
