@@ -127,16 +127,8 @@ async def test_a_fenced_writer_s_producer_ends_with_its_failure(
     """The dropped producer ends when it is dropped, not when the failure that dropped it does
     (its traceback holds the writer's frames) nor at the next full collection: until then its
     threads would keep connecting to the brokers."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    try:
-        await first.append(0, [_record(1)])
+    async with _fenced_writer(broker) as (first, _):
         dropped = id(first._producers[0]._producer)
-        await second.append(0, [_record(2)])  # fences `first`
         gc.disable()  # only reference counting may end it
         try:
             with pytest.raises(runtime_errors.WriterFenced) as raised:
@@ -147,9 +139,6 @@ async def test_a_fenced_writer_s_producer_ends_with_its_failure(
             )
         finally:
             gc.enable()
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_a_producer_dropped_in_doubt_is_kept_until_its_transaction_can_have_ended(
