@@ -3,7 +3,9 @@ node's restart, a cluster of three."""
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 import xml.etree.ElementTree as ElementTree
 
 import pytest
@@ -41,6 +43,17 @@ def test_a_cluster_id_is_kraft_shaped() -> None:
     ids = {kafka.new_cluster_id() for _ in range(100)}
     assert len(ids) == 100
     assert all(len(i) == 22 and "=" not in i for i in ids)
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kafka-storage format --cluster-id -eW...`` reads the id as an option and fails (a
+    3-broker fixture failed so, one start in 64); Kafka's ``Uuid.randomUuid`` draws again."""
+    dashed = uuid.UUID(bytes=b"\xf8" + bytes(15))
+    assert base64.urlsafe_b64encode(dashed.bytes).startswith(b"-")
+    plain = uuid.UUID(bytes=b"\x10" + bytes(15))
+    drawn = iter([dashed, plain])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(drawn))
+    assert kafka.new_cluster_id() == base64.urlsafe_b64encode(plain.bytes).decode().rstrip("=")
 
 
 @pytest.mark.broker

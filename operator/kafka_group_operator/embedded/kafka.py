@@ -146,8 +146,13 @@ def java_command(main: str, *args: str, heap_mb: int = 256, fast: bool = True) -
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding. As Kafka's
+    ``Uuid.randomUuid``, never one that starts with a dash, which ``kafka-storage format
+    --cluster-id`` would read as an option (one id in 64)."""
+    while True:
+        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not encoded.startswith("-"):
+            return encoded
 
 
 # ------------------------------------------------------------------------------ the nodes
