@@ -11,8 +11,6 @@ only Apache Kafka does: compaction, replication, its own tools.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterator
 
 import pytest
@@ -22,18 +20,6 @@ from kafka_group_operator.embedded import kafka
 from tests.support.hang_guard import pytest_runtest_protocol  # noqa: F401  (a hook)
 
 BROKERS = ("kafka", "tansu")
-
-
-@contextlib.contextmanager
-def _collected_before_stop() -> Iterator[None]:
-    """Clients a test dropped inside a reference cycle (an exception's traceback holding the
-    frame that held the client) live until the cyclic collector runs: collected while their
-    brokers still run, they end quietly, instead of retrying a stopped broker's port and
-    logging each refusal for the rest of the worker's run."""
-    try:
-        yield
-    finally:
-        gc.collect()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[kafka.KafkaCluster]:
     """One Apache Kafka node for this test worker; tests use their own topic and group names."""
-    with kafka.running_kafka() as running, _collected_before_stop():
+    with kafka.running_kafka() as running:
         yield running
 
 
@@ -83,7 +69,7 @@ def kafka_broker() -> Iterator[kafka.KafkaCluster]:
 def kafka_cluster() -> Iterator[kafka.KafkaCluster]:
     """Three Apache Kafka nodes (each broker and controller): replication factor 3,
     ``min.insync.replicas=2``. Tests that stop nodes start them again before they end."""
-    with kafka.running_kafka(3) as running, _collected_before_stop():
+    with kafka.running_kafka(3) as running:
         yield running
 
 
@@ -97,7 +83,7 @@ def broker(request: pytest.FixtureRequest) -> Iterator[embedded.Broker]:
     if request.param == "kafka":
         yield request.getfixturevalue("kafka_broker")
         return
-    with embedded.running_broker() as running, _collected_before_stop():
+    with embedded.running_broker() as running:
         yield running
 
 
@@ -106,10 +92,10 @@ def fresh_broker(request: pytest.FixtureRequest) -> Iterator[embedded.Broker]:
     """A broker of this test's own that keeps its data across a restart: Apache Kafka on a
     temporary log folder, or tansu persisted to a loopback S3."""
     if request.param == "kafka":
-        with kafka.running_kafka() as running, _collected_before_stop():
+        with kafka.running_kafka() as running:
             yield running
         return
-    with embedded.running_broker(persistent=True) as running, _collected_before_stop():
+    with embedded.running_broker(persistent=True) as running:
         yield running
 
 

@@ -4,7 +4,8 @@ pytest-timeout interrupts a test with a signal, whose Python handler runs only w
 thread returns to Python: a test stuck inside a C call (a Kafka client's, a JVM bridge's) is
 never interrupted, and its worker, and so the run, would wait for good. Past its timeout and a
 grace period, faulthandler's own thread writes every thread's stack to stderr and ends the
-worker; xdist reports the test as crashed and goes on with a new worker.
+process: under xdist (``tests/``) the test is reported as crashed and a new worker goes on;
+the end-to-end run (one process) stops there, with the stacks, instead of at CI's deadline.
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ class _PartitionProducer:
                         # The local queue is full: let deliveries drain it, then go on.
                         producer.poll(0.001)
         except KafkaException as error:
-            settled = self._settle(producer, error.args[0])
+            settled = self._settle(error.args[0])
             del producer
             raise settled from error
         except Exception as error:
@@ -292,7 +292,7 @@ class _PartitionProducer:
                 kafka_error: KafkaError = error.args[0]
                 if attempt == 0 and kafka_error.retriable() and not kafka_error.fatal():
                     continue
-                settled = self._settle(producer, kafka_error)
+                settled = self._settle(kafka_error)
                 del producer
                 raise settled from error
         if failures:  # committed, yet a delivery failed: cannot happen; trust nothing
@@ -376,13 +376,15 @@ class _PartitionProducer:
                 "COORDINATOR_NOT_AVAILABLE",
             ) from error
 
-    def _settle(self, producer: Producer, error: KafkaError) -> errors.StateTopicError:
-        """The error to raise for a transaction that failed with ``error``. Unless the
-        producer is fenced or broken, abort the transaction: the broker then tells whether
-        another producer took over (the failure may only have been a timeout so far)."""
+    def _settle(self, error: KafkaError) -> errors.StateTopicError:
+        """The error to raise for a transaction of the current producer that failed with
+        ``error``. Unless the producer is fenced or broken, abort the transaction: the broker
+        then tells whether another producer took over (the failure may only have been a
+        timeout so far)."""
         if error.code() not in _FENCED_CODES and not error.fatal():
+            assert self._producer is not None
             try:
-                producer.abort_transaction(self._timeout_s)
+                self._producer.abort_transaction(self._timeout_s)
             except KafkaException as abort_error:
                 error = abort_error.args[0]
             else:
@@ -391,11 +393,10 @@ class _PartitionProducer:
                 )
         # Whatever went wrong, this producer is not trusted again. A fenced one is never
         # replaced; any other is, and the new one's init_transactions settles what this
-        # one left open (committed or aborted) before anything new is written. The failure
-        # returned may hold this frame (through its traceback): it must not hold the producer.
-        del producer
-        self._drop(settled=error.code() in _FENCED_CODES or error.fatal())
-        if error.code() in _FENCED_CODES or error.fatal():
+        # one left open (committed or aborted) before anything new is written.
+        fenced_or_broken = error.code() in _FENCED_CODES or error.fatal()
+        self._drop(settled=fenced_or_broken)
+        if fenced_or_broken:
             # A fatal error may be a fence in disguise: a producer fenced while it adds the
             # partition to its transaction fails the next produce with a bare "fatal error"
             # (librdkafka). Look for a new holder before anything is started again.
