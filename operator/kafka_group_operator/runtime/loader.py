@@ -544,43 +544,54 @@ class PartitionLoader:
                 hanging.check(consumer, survivors, written)
                 batch = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
                 read += len(batch)
+                # Partitions read again from their start: the rest of this batch is of the
+                # read given up.
+                restarted: set[int] = set()
                 for message in batch:
                     if message.error() is not None:
                         self._log_error(message.error())
                         continue
                     partition = message.partition()
                     log = None if partition is None else survivors.get(partition)
-                    if partition is None or log is None:
-                        continue  # already loaded: a late message of the last fetch
+                    if partition is None or log is None or partition in restarted:
+                        continue  # already loaded, or read again: a late message
                     key = message.key()
-                    if key == MARKER_KEY:
-                        if self._is_marker(message.value(), nonces[partition]):
-                            del survivors[partition]
-                            consumer.incremental_unassign([TopicPartition(self.topic, partition)])
-                            finished(
-                                partition,
-                                self._build(
-                                    partition,
-                                    log,
-                                    decoders[partition],
-                                    build,
-                                    ahead.pop(partition, None),
-                                ),
-                            )
-                            logger.info(
-                                "state partition %d loaded: %d live keys (%d from the "
-                                "checkpoint, log read from offset %d), %.2fs",
-                                partition,
-                                len(log),
-                                seeded[partition],
-                                starts[partition],
-                                time.monotonic() - started,
-                            )
+                    if key != MARKER_KEY:
+                        if key is not None:
+                            # Re-inserting moves the key to where its newest record sits.
+                            log.pop(key, None)
+                            log[key] = message.value()
                         continue
-                    if key is not None:
-                        # Re-inserting moves the key to where its newest record sits.
-                        log.pop(key, None)
-                        log[key] = message.value()
+                    if not self._is_marker(message.value(), nonces[partition]):
+                        continue
+                    offset = message.offset()
+                    if offset is not None and offset < starts[partition]:
+                        # Read before the writer reported its offset: a start past the log's
+                        # end sent the consumer back to the earliest offset
+                        # (``auto.offset.reset``), on top of the checkpoint's survivors.
+                        ahead.pop(partition, None)
+                        self._drop_checkpoint(
+                            consumer, partition, offset, survivors, starts, seeded
+                        )
+                        restarted.add(partition)
+                        continue
+                    del survivors[partition]
+                    consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+                    finished(
+                        partition,
+                        self._build(
+                            partition, log, decoders[partition], build, ahead.pop(partition, None)
+                        ),
+                    )
+                    logger.info(
+                        "state partition %d loaded: %d live keys (%d from the "
+                        "checkpoint, log read from offset %d), %.2fs",
+                        partition,
+                        len(log),
+                        seeded[partition],
+                        starts[partition],
+                        time.monotonic() - started,
+                    )
             logger.info("read %d state records in %.2fs", read, time.monotonic() - started)
         finally:
             consumer.close()
@@ -612,17 +623,30 @@ class PartitionLoader:
                 continue
             if partition not in survivors or offset is None or offset >= starts[partition]:
                 continue
-            logger.warning(
-                "state partition %d ends at offset %d, before the %d the checkpoint covers "
-                "(the topic was recreated?): loading it from the log alone",
-                partition,
-                offset,
-                starts[partition],
-            )
-            survivors[partition] = {}
-            starts[partition] = seeded[partition] = 0
-            consumer.incremental_unassign([TopicPartition(self.topic, partition)])
-            consumer.incremental_assign([TopicPartition(self.topic, partition, OFFSET_BEGINNING)])
+            self._drop_checkpoint(consumer, partition, offset, survivors, starts, seeded)
+
+    def _drop_checkpoint(
+        self,
+        consumer: Consumer,
+        partition: int,
+        marker: int,
+        survivors: dict[int, dict[bytes, bytes | None]],
+        starts: dict[int, int],
+        seeded: dict[int, int],
+    ) -> None:
+        """Forget the checkpoint's survivors of a partition whose marker sits below where
+        the checkpoint said its log goes on, and read that partition from its start."""
+        logger.warning(
+            "state partition %d ends at offset %d, before the %d the checkpoint covers "
+            "(the topic was recreated?): loading it from the log alone",
+            partition,
+            marker,
+            starts[partition],
+        )
+        survivors[partition] = {}
+        starts[partition] = seeded[partition] = 0
+        consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+        consumer.incremental_assign([TopicPartition(self.topic, partition, OFFSET_BEGINNING)])
 
     @staticmethod
     def _is_marker(value: bytes | None, nonce: str) -> bool:
