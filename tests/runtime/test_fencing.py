@@ -80,6 +80,26 @@ def _groups_on(partition: int, count: int, prefix: str = "g") -> list[str]:
 # ------------------------------------------------------------------------------ the writer
 
 
+@contextlib.asynccontextmanager
+async def _writers(
+    broker: embedded.EmbeddedBroker, count: int, partitions: int = 1, timeout_ms: int = 5000
+) -> AsyncIterator[tuple[str, list[writer.StateWriter]]]:
+    """A new state topic's name and ``count`` started writers of it, stopped afterwards."""
+    name = logs.unique_topic()
+    _state_topic(broker.bootstrap, name, partitions)
+    started = [
+        writer.StateWriter(broker.bootstrap, name, timeout_ms=timeout_ms, kafka_config={})
+        for _ in range(count)
+    ]
+    for each in started:
+        each.start()
+    try:
+        yield name, started
+    finally:
+        for each in started:
+            each.stop()
+
+
 def test_the_transactional_id_names_topic_and_partition() -> None:
     ids = {writer.transactional_id("state", p) for p in range(PARTITIONS)}
     assert len(ids) == PARTITIONS
@@ -91,18 +111,8 @@ def test_the_transactional_id_names_topic_and_partition() -> None:
 async def test_a_newer_writer_fences_the_older_one_for_good(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 2)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    record = codec.encode_record(
-        records.Record(
-            records.OffsetCommitKey("g", "t", 0), records.OffsetCommitValue(1, -1, "", 0)
-        )
-    )
-    try:
+    record = _record(1)
+    async with _writers(broker, 2, partitions=2) as (_, (first, second)):
         await first.append(0, [record])
         await first.append(1, [record])
         await second.append(0, [record])  # init_transactions of the same id fences `first`
@@ -116,9 +126,6 @@ async def test_a_newer_writer_fences_the_older_one_for_good(
         # Only the partition another writer took is lost.
         await first.append(1, [record])
         await second.append(0, [record])
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_a_fenced_writer_s_producer_ends_with_its_failure(
@@ -147,11 +154,7 @@ async def test_a_producer_dropped_in_doubt_is_kept_until_its_transaction_can_hav
     """Unlike a fenced one, a producer dropped with its transaction's outcome unknown may still
     be ending that transaction inside librdkafka: kept for twice the write timeout, then
     ended."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=3000, kafka_config={})
-    alone.start()
-    try:
+    async with _writers(broker, 1, timeout_ms=3000) as (_, (alone,)):
         await alone.append(0, [_record(1)])
         partition = alone._producers[0]
         dropped = id(partition._producer)
@@ -164,8 +167,6 @@ async def test_a_producer_dropped_in_doubt_is_kept_until_its_transaction_can_hav
         await asyncio.sleep(until - time.monotonic() + 0.1)
         await alone.append(0, [_record(2)])
         assert partition._retired == []
-    finally:
-        alone.stop()
 
 
 def _record(offset: int) -> tuple[bytes, bytes | None]:
@@ -179,20 +180,12 @@ def _record(offset: int) -> tuple[bytes, bytes | None]:
 def _in_doubt(state_writer: writer.StateWriter, partition: int) -> None:
     """As after a commit that timed out and could not be aborted (this broker never answers a
     fenced producer's EndTxn): the outcome is unknown and the producer is dropped."""
-    producer = state_writer._producers[partition]
-    producer._in_doubt = True
-    producer._drop()
+    state_writer._producers[partition]._drop(in_doubt=True)
 
 
 async def test_a_load_marker_follows_the_fencing_and_every_commit_before_it(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
 
     def marker_of(state_writer: writer.StateWriter) -> tuple[bytes, bytes | None]:
         return codec.encode_record(
@@ -202,8 +195,8 @@ async def test_a_load_marker_follows_the_fencing_and_every_commit_before_it(
             )
         )
 
-    load, later = marker_of(second), marker_of(second)
-    try:
+    async with _writers(broker, 2) as (name, (first, second)):
+        load, later = marker_of(second), marker_of(second)
         await first.append(0, [_record(1)])
         # The second's first write: its producer starts (fencing the first), and the marker
         # is written after that, outside a transaction.
@@ -214,26 +207,17 @@ async def test_a_load_marker_follows_the_fencing_and_every_commit_before_it(
         assert await second.append_marker(0, later) > at
         log = logs.read_partition(broker.bootstrap, name, 0)  # read_committed
         assert log.index(_record(1)) < log.index(load) < log.index(later)
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_after_an_unknown_outcome_a_writer_does_not_fence_the_new_holder_back(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    marker = codec.encode_record(
-        records.Record(
-            records.LoadMarkerKey(), records.LoadMarkerValue(second.marker_nonce("load"), 0)
+    async with _writers(broker, 2) as (_, (first, second)):
+        marker = codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(), records.LoadMarkerValue(second.marker_nonce("load"), 0)
+            )
         )
-    )
-    try:
         await first.append(0, [_record(1)])
         await second.append(0, [marker])  # the second coordinator's load takes the partition
         _in_doubt(first, 0)
@@ -241,28 +225,19 @@ async def test_after_an_unknown_outcome_a_writer_does_not_fence_the_new_holder_b
         with pytest.raises(runtime_errors.WriterFenced):
             await first.append(0, [_record(2)])
         await second.append(0, [_record(3)])
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_after_an_unknown_outcome_a_writer_alone_writes_on(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    alone.start()
-    # Jobs append markers too (to find a partition's end); they are no coordinator's.
-    logs.read_partition(broker.bootstrap, name, 0)
-    try:
+    async with _writers(broker, 1) as (name, (alone,)):
+        # Jobs append markers too (to find a partition's end); they are no coordinator's.
+        logs.read_partition(broker.bootstrap, name, 0)
         await alone.append(0, [_record(1)])
         logs.read_partition(broker.bootstrap, name, 0)
         _in_doubt(alone, 0)
         await alone.append(0, [_record(2)])
         assert not alone.fenced(0)
-    finally:
-        alone.stop()
 
 
 async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
@@ -271,11 +246,7 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
     """A start that timed out and was given up may still complete later, with a newer
     epoch: that fences the writer's current producer, though no other coordinator took the
     partition. The write fails (retriable); the next one starts a new producer."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    alone = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    alone.start()
-    try:
+    async with _writers(broker, 1) as (name, (alone,)):
         await alone.append(0, [_record(1)])
         # The abandoned producer: the same transactional id, and no take marker before it.
         abandoned = Producer(
@@ -291,8 +262,6 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
         assert not alone.fenced(0)
         assert await alone.append(0, [_record(3)]) > 0
         assert not alone.fenced(0)
-    finally:
-        alone.stop()
 
 
 @contextlib.asynccontextmanager
@@ -301,20 +270,11 @@ async def _fenced_writer(
 ) -> AsyncIterator[tuple[writer.StateWriter, writer.StateWriter]]:
     """(first, second): two writers of one partition, the first fenced by the second since
     its last commit, neither having learnt of it yet."""
-    name = logs.unique_topic()
-    _state_topic(broker.bootstrap, name, 1)
-    first = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    second = writer.StateWriter(broker.bootstrap, name, timeout_ms=5000, kafka_config={})
-    first.start()
-    second.start()
-    try:
+    async with _writers(broker, 2) as (_, (first, second)):
         await first.append(0, [_record(1)])
         await second.append(0, [_record(2)])
         yield first, second
         await second.append(0, [_record(9)])  # not fenced back
-    finally:
-        first.stop()
-        second.stop()
 
 
 async def test_appends_queued_behind_the_one_that_finds_the_fence_are_refused_too(

@@ -540,7 +540,7 @@ class PartitionLoader:
             written: dict[int, int] = {}
             hanging = _HangingTransactions(self.topic, self._hanging_after_s)
             while survivors and not stop.is_set():
-                self._check_markers(consumer, markers, survivors, starts, seeded, written)
+                self._check_markers(consumer, markers, survivors, starts, seeded, ahead, written)
                 hanging.check(consumer, survivors, written)
                 batch = consumer.consume(_CONSUME_BATCH, _CONSUME_WAIT_S)
                 read += len(batch)
@@ -569,9 +569,8 @@ class PartitionLoader:
                         # Read before the writer reported its offset: a start past the log's
                         # end sent the consumer back to the earliest offset
                         # (``auto.offset.reset``), on top of the checkpoint's survivors.
-                        ahead.pop(partition, None)
                         self._drop_checkpoint(
-                            consumer, partition, offset, survivors, starts, seeded
+                            consumer, partition, offset, survivors, starts, seeded, ahead
                         )
                         restarted.add(partition)
                         continue
@@ -603,6 +602,7 @@ class PartitionLoader:
         survivors: dict[int, dict[bytes, bytes | None]],
         starts: dict[int, int],
         seeded: dict[int, int],
+        ahead: dict[int, Mapping[bytes, tuple[bytes, object]]],
         written: dict[int, int],
     ) -> None:
         """A marker written before where a partition's read starts means the log is shorter
@@ -623,7 +623,7 @@ class PartitionLoader:
                 continue
             if partition not in survivors or offset is None or offset >= starts[partition]:
                 continue
-            self._drop_checkpoint(consumer, partition, offset, survivors, starts, seeded)
+            self._drop_checkpoint(consumer, partition, offset, survivors, starts, seeded, ahead)
 
     def _drop_checkpoint(
         self,
@@ -633,9 +633,11 @@ class PartitionLoader:
         survivors: dict[int, dict[bytes, bytes | None]],
         starts: dict[int, int],
         seeded: dict[int, int],
+        ahead: dict[int, Mapping[bytes, tuple[bytes, object]]],
     ) -> None:
-        """Forget the checkpoint's survivors of a partition whose marker sits below where
-        the checkpoint said its log goes on, and read that partition from its start."""
+        """Forget the checkpoint's survivors of a partition whose marker sits below where the
+        checkpoint said its log goes on (and what was decoded of them ahead), and read that
+        partition from its start."""
         logger.warning(
             "state partition %d ends at offset %d, before the %d the checkpoint covers "
             "(the topic was recreated?): loading it from the log alone",
@@ -644,6 +646,7 @@ class PartitionLoader:
             starts[partition],
         )
         survivors[partition] = {}
+        ahead.pop(partition, None)
         starts[partition] = seeded[partition] = 0
         consumer.incremental_unassign([TopicPartition(self.topic, partition)])
         consumer.incremental_assign([TopicPartition(self.topic, partition, OFFSET_BEGINNING)])

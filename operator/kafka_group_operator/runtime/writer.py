@@ -394,14 +394,13 @@ class _PartitionProducer:
         # Whatever went wrong, this producer is not trusted again. A fenced one is never
         # replaced; any other is, and the new one's init_transactions settles what this
         # one left open (committed or aborted) before anything new is written.
-        fenced_or_broken = error.code() in _FENCED_CODES or error.fatal()
-        self._drop(settled=fenced_or_broken)
-        if fenced_or_broken:
+        if error.code() in _FENCED_CODES or error.fatal():
+            self._drop()
             # A fatal error may be a fence in disguise: a producer fenced while it adds the
             # partition to its transaction fails the next produce with a bare "fatal error"
             # (librdkafka). Look for a new holder before anything is started again.
             return self._fenced_by_whom(error)
-        self._in_doubt = True
+        self._drop(in_doubt=True)
         return errors.WriteFailed(f"state topic write failed: {error.str()}", error.name())
 
     def _fenced_by_whom(self, error: KafkaError) -> errors.StateTopicError:
@@ -447,12 +446,15 @@ class _PartitionProducer:
             f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
         )
 
-    def _drop(self, settled: bool = False) -> None:
-        """Drop the producer. A ``settled`` one (fenced, or failed for good) ends now; any
-        other is retired for twice the write timeout first: the end of its last transaction
-        (a commit that timed out goes on inside librdkafka) may still be on its way to the
-        brokers, and ended there the transaction stops holding back ``read_committed``
-        readers at once rather than when the brokers time it out."""
+    def _drop(self, in_doubt: bool = False) -> None:
+        """Drop the producer; it ends now, unless its last transaction's outcome is unknown
+        (``in_doubt``): then the writer looks for a new holder before it fences again, and
+        the producer is retired for twice the write timeout first: the end of that
+        transaction (a commit that timed out goes on inside librdkafka) may still be on its
+        way to the brokers, and ended there the transaction stops holding back
+        ``read_committed`` readers at once rather than when the brokers time it out."""
+        if in_doubt:
+            self._in_doubt = True
         producer, self._producer = self._producer, None
         now = time.monotonic()
         self._end_retired(now)
@@ -464,7 +466,7 @@ class _PartitionProducer:
             with contextlib.suppress(KafkaException):
                 producer.purge()
                 producer.flush(0)
-            if not settled:
+            if in_doubt:
                 self._retired.append((now + 2 * self._timeout_s, producer))
 
     def _end_retired(self, now: float) -> None:
