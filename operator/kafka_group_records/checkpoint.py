@@ -29,6 +29,8 @@ Pure: JSON in and out; reading Parquet is the caller's business (pyarrow or Spar
 from __future__ import annotations
 
 import json
+import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,33 @@ RECORD_COLUMNS = ("partition", "offset", "key", "value")
 
 class CheckpointError(ValueError):
     """A checkpoint manifest that this version cannot use."""
+
+
+# Kafka's types: a partition is an INT32, an offset an INT64, neither negative here (a
+# negative start would be read as a logical offset: -1 is "the log's end").
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+# A partition as the manifest writes it: ASCII digits (int() would take " 7", "٣", "7_0").
+_PARTITION_TEXT = re.compile(r"[0-9]{1,10}")
+
+
+def _whole(value: object, what: str, most: int = _INT64_MAX) -> int:
+    """``value`` if it is a JSON integer from 0 to ``most``: no bool, fraction or string."""
+    if type(value) is not int or not 0 <= value <= most:
+        raise CheckpointError(f"{what} is {reprlib.repr(value)}, not an integer from 0 to {most}")
+    return value
+
+
+def _end_offsets(document: object) -> dict[int, int]:
+    if not isinstance(document, dict):
+        raise CheckpointError("endOffsets is not an object")
+    ends: dict[int, int] = {}
+    for text, offset in document.items():
+        if not _PARTITION_TEXT.fullmatch(text):
+            raise CheckpointError(f"endOffsets names partition {reprlib.repr(text)}")
+        partition = _whole(int(text), "an endOffsets partition", _INT32_MAX)
+        ends[partition] = _whole(offset, f"the end offset of partition {partition}")
+    return ends
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +104,9 @@ def parse_manifest(text: str) -> CheckpointManifest:
             raise CheckpointError(f"unsupported checkpoint format {document.get('format')!r}")
         return CheckpointManifest(
             topic=str(document["topic"]),
-            end_offsets={int(p): int(o) for p, o in document["endOffsets"].items()},
-            records=int(document["records"]),
-            created_at_ms=int(document.get("createdAtMs", 0)),
+            end_offsets=_end_offsets(document["endOffsets"]),
+            records=_whole(document["records"], "records"),
+            created_at_ms=_whole(document.get("createdAtMs", 0), "createdAtMs"),
             fence=str(document.get("fence", "")),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:

@@ -270,6 +270,40 @@ async def test_an_unusable_checkpoint_falls_back_to_a_full_load(
     assert warning in warnings(caplog)
 
 
+@pytest.mark.parametrize(
+    ("end", "warning"),
+    [
+        (-1, "the end offset of partition 3 is -1, not an integer from 0"),
+        (2**63, "the end offset of partition 3 is 9223372036854775808, not an integer from 0"),
+        (12.0, "the end offset of partition 3 is 12.0, not an integer from 0"),
+        ("12", "the end offset of partition 3 is '12', not an integer from 0"),
+    ],
+)
+async def test_a_manifest_end_that_is_no_kafka_offset_means_a_full_load(
+    history: History, tmp_path: Path, caplog: pytest.LogCaptureFixture, end: object, warning: str
+) -> None:
+    """A partition the checkpoint holds no rows of, whose end is no INT64 offset: a negative
+    start would be a logical offset to the consumer (-1 is the log's end, so the partition's
+    log would be skipped), a larger one fails the consumer; a full load instead."""
+    caplog.set_level(logging.INFO, logger="kafka_group_operator.runtime")
+    found = checkpoints.read(history.checkpoint, history.config.topic, PARTITIONS, range(4))
+    rows = [
+        (partition, index, key, value)
+        for partition, survivors in found.survivors.items()
+        if partition != 3
+        for index, (key, value) in enumerate(survivors.items())
+        if value is not None
+    ]
+    checkpoints.write(tmp_path, dataclasses.replace(found.manifest, records=len(rows)), rows)
+    document = json.loads((tmp_path / checkpoint.MANIFEST_FILE).read_text())
+    document["endOffsets"]["3"] = end
+    (tmp_path / checkpoint.MANIFEST_FILE).write_text(json.dumps(document))
+    config = dataclasses.replace(history.config, checkpoint_uri=str(tmp_path))
+    assert await load_state(config) == history.full_state
+    assert loaded_from_checkpoint(caplog) == []
+    assert warning in warnings(caplog)
+
+
 async def test_a_checkpoint_beyond_the_log_end_is_dropped_for_that_partition(
     history: History, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
