@@ -553,8 +553,10 @@ class PartitionLoader:
                         continue
                     partition = message.partition()
                     log = None if partition is None else survivors.get(partition)
-                    if partition is None or log is None or partition in restarted:
-                        continue  # already loaded, or read again: a late message
+                    if partition is None or log is None:
+                        continue  # already loaded: a late message of the last fetch
+                    if restarted and partition in restarted:
+                        continue  # of the read given up
                     key = message.key()
                     if key != MARKER_KEY:
                         if key is not None:
