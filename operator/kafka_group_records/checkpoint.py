@@ -13,6 +13,8 @@ A checkpoint is a directory with two files:
   those ends came from (``coordinator``: markers the coordinator appended on request;
   ``last-stable-offset``: the partitions' last stable offsets, with no coordinator asked).
   Checkpoints of earlier versions carry a ``tombstones`` count instead, which is ignored.
+  Partitions are INT32s written in ASCII digits, ends, ``records`` and ``createdAtMs`` JSON
+  integers from 0 to INT64's largest; anything else makes the manifest unusable.
 
 How a loader uses it, per state partition ``p``: decode and replay the checkpoint's rows of
 ``p`` in order (each is the newest live value of its key up to the covered end), then consume
