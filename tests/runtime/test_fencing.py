@@ -100,10 +100,12 @@ async def _writers(
             each.stop()
 
 
-def test_the_transactional_id_names_topic_and_partition() -> None:
-    ids = {writer.transactional_id("state", p) for p in range(PARTITIONS)}
-    assert len(ids) == PARTITIONS
+def test_the_transactional_ids_name_topic_partition_and_lane() -> None:
+    ids = {i for p in range(PARTITIONS) for i in writer.transactional_ids("state", p)}
+    assert len(ids) == PARTITIONS * writer.LANES
     assert writer.transactional_id("state", 3) != writer.transactional_id("other", 3)
+    # Lane 0 is the single producer's id of earlier versions, which a holder thus fences.
+    assert writer.transactional_ids("state", 3)[0] == "state.3.writer"
     # Kafka refuses a transactional.id with a slash (INVALID_REQUEST).
     assert all("/" not in i for i in ids)
 
@@ -126,6 +128,74 @@ async def test_a_newer_writer_fences_the_older_one_for_good(
         # Only the partition another writer took is lost.
         await first.append(1, [record])
         await second.append(0, [record])
+
+
+@pytest.mark.parametrize("lane", range(writer.LANES))
+async def test_a_newer_writer_fences_every_lane_of_the_older_one(
+    broker: embedded.EmbeddedBroker, lane: int
+) -> None:
+    """Whichever lane the older writer's next transaction runs on, the newer writer's start
+    fenced it: nothing of it lands."""
+    async with _writers(broker, 2) as (name, (first, second)):
+        # The first transaction runs on lane 0 (the other lanes are not verified yet), the
+        # next ones on the lanes in turn.
+        for offset in range(writer.LANES + lane):
+            await first.append(0, [_record(offset)])
+        assert first._producers[0]._last_lane == (lane - 1) % writer.LANES
+        await second.append(0, [_record(100)])
+        # On lane 0 or not, the write says the partition is lost (a failure on another lane
+        # asks lane 0 at once), and for good.
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [_record(101)])
+        with pytest.raises(runtime_errors.WriterFenced):
+            await first.append(0, [_record(102)])
+        log = logs.read_partition(broker.bootstrap, name, 0)
+        assert _record(101) not in log
+        assert _record(102) not in log
+
+
+async def test_a_start_that_lost_lane_0_acknowledges_nothing_on_a_lane_it_won(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """Two coordinators start at once: the second fences lane 0 last and holds the partition,
+    but the first fences lane 1 after it. The first's next write is on lane 0 and fails for
+    good, and it never writes on the lane it won; the holder's write on that lane fails
+    retriably, the lane starts again after lane 0 committed, and the holder writes on."""
+    async with _writers(broker, 2) as (name, (loser, holder)):
+        marker = codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(), records.LoadMarkerValue(loser.marker_nonce("load"), 0)
+            )
+        )
+        await loser.append_marker(0, marker)
+        await holder.append_marker(0, marker)
+        # The loser's lane 1 starts after the holder's.
+        lost = loser._producers[0]
+        lost._followers.clear()
+        await lost.call(lambda _: lost._start_followers(), None)
+        assert set(lost._followers) == set(range(1, writer.LANES))
+        with pytest.raises(runtime_errors.WriterFenced):
+            await loser.append(0, [_record(1)])
+        with pytest.raises(runtime_errors.WriterFenced):
+            await loser.append(0, [_record(2)])
+        held = holder._producers[0]
+        before = list(held._committed_on)
+        failed = 0
+        for offset in range(10, 20):
+            try:
+                await holder.append(0, [_record(offset)])
+            except runtime_errors.WriterFenced:
+                raise
+            except runtime_errors.WriteFailed:
+                failed += 1
+        assert failed == writer.LANES - 1  # once per lane the loser took
+        assert not holder.fenced(0)
+        assert set(held._followers) == set(range(1, writer.LANES))
+        assert all(a > b for a, b in zip(held._committed_on, before, strict=True))
+        log = logs.read_partition(broker.bootstrap, name, 0)
+        assert _record(1) not in log
+        assert _record(2) not in log
+        assert sum(_record(offset) in log for offset in range(10, 20)) == 10 - failed
 
 
 async def test_a_fenced_writer_s_producer_ends_with_its_failure(
@@ -244,18 +314,17 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
     broker: embedded.EmbeddedBroker,
 ) -> None:
     """A start that timed out and was given up may still complete later, with a newer
-    epoch: that fences the writer's current producer, though no other coordinator took the
-    partition. The write fails (retriable); the next one starts a new producer."""
+    epoch: that fences the writer's current producers, though no other coordinator took the
+    partition. The write fails (retriable); the next one starts new producers."""
     async with _writers(broker, 1) as (name, (alone,)):
         await alone.append(0, [_record(1)])
-        # The abandoned producer: the same transactional id, and no take marker before it.
-        abandoned = Producer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "transactional.id": writer.transactional_id(name, 0),
-            }
-        )
-        await asyncio.to_thread(abandoned.init_transactions, 10)
+        # The abandoned producers: the same transactional ids (whichever lane the next write
+        # takes), and no take marker before them.
+        for transactional_id in writer.transactional_ids(name, 0):
+            abandoned = Producer(
+                {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}
+            )
+            await asyncio.to_thread(abandoned.init_transactions, 10)
         with pytest.raises(runtime_errors.WriteFailed) as failed:
             await alone.append(0, [_record(2)])
         assert not isinstance(failed.value, runtime_errors.WriterFenced)

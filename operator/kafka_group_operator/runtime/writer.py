@@ -1,13 +1,25 @@
 """Appends encoded records to the state topic and reports when the brokers hold them.
 
-Each state partition has its own transactional producer, created at the partition's first
-write, whose ``transactional.id`` is derived from the topic and the partition
+Each state partition has its own transactional producers, created at the partition's first
+write, whose transactional ids are derived from the topic and the partition
 (``transactional_id``). This is Kafka's zombie fencing: a new holder's ``init_transactions``
 fences every older producer with that id, so once another coordinator has taken a partition
 this one can never again commit a write to it. An append is one transaction
 (``acks=all``): it completes only when the transaction is committed, which is what lets
 the runtime reply "committed", and readers that use ``read_committed`` never see a write
 that was not.
+
+A partition has ``LANES`` producers, used in turn, because Kafka makes a transaction wait
+while the previous one of its ``transactional.id`` still has its markers written. Lane 0
+decides who holds the partition: a start fences lane 0 first, then the other lanes, then
+writes its load marker, and a lane that started is used only after lane 0 committed since.
+So of two coordinators started at once, the one that fenced lane 0 last holds the partition
+even where the other fenced a lane after it: the other's next transaction is on lane 0,
+which fails, and it never uses the lane it won; the holder's write on that lane fails
+(retriably), and the lane is started again once lane 0 committed. Only lane 0's failures
+can fence a writer for good (below); another lane's failure drops that lane alone. Every
+lane of an older holder is fenced before the new holder's load marker, so a load reads
+everything any lane of an older holder committed.
 
 Outcomes of an append:
 
@@ -90,10 +102,27 @@ COORDINATOR_NONCE_PREFIX = "coordinator-"
 _PROBE = "probe"
 
 
-def transactional_id(topic: str, partition: int) -> str:
-    """The ``transactional.id`` of the producer writing ``partition`` of ``topic``: whoever
-    writes that partition uses it, so the newest holder fences every older one."""
-    return f"{topic}.{partition}.writer"
+# Transactional producers ("lanes") per state partition, used in turn (see
+# ``_PartitionProducer.transact``). Every coordinator of a state topic must use the same
+# number: a new holder fences the lanes it knows of, and a lane it does not know would go on
+# writing.
+LANES = 2
+
+
+def transactional_id(topic: str, partition: int, lane: int = 0) -> str:
+    """The ``transactional.id`` of lane ``lane`` of the producers writing ``partition`` of
+    ``topic``: whoever writes that partition uses these ids, so the newest holder fences every
+    older one on every lane. Lane 0, the lane that decides who holds the partition, keeps the
+    id of the single producer of earlier versions, which a holder of this version therefore
+    fences too."""
+    if lane == 0:
+        return f"{topic}.{partition}.writer"
+    return f"{topic}.{partition}.writer.{lane}"
+
+
+def transactional_ids(topic: str, partition: int) -> tuple[str, ...]:
+    """Every ``transactional.id`` a holder of ``partition`` writes with, lane by lane."""
+    return tuple(transactional_id(topic, partition, lane) for lane in range(LANES))
 
 
 class _MarkerProducer:
@@ -149,7 +178,8 @@ class _MarkerProducer:
 
 
 class _PartitionProducer:
-    """One partition's transactional producer and the thread its blocking calls run on."""
+    """One partition's transactional producers (its lanes) and the thread their blocking calls
+    run on."""
 
     def __init__(
         self,
@@ -165,16 +195,36 @@ class _PartitionProducer:
         self._nonce_prefix = nonce_prefix
         self._markers = markers
         self._reader_config = dict(reader_config)
-        self._config = {**config, "transactional.id": transactional_id(topic, partition)}
+        self._configs = [
+            {**config, "transactional.id": transactional_id(topic, partition, lane)}
+            for lane in range(LANES)
+        ]
         self._timeout_s = int(config["message.timeout.ms"]) / 1000
         self._thread = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"state-writer-{partition}"
         )
+        # Lane 0's producer: whoever fenced lane 0 last holds the partition.
         self._producer: Producer | None = None
-        # A producer whose init_transactions timed out: the next start resumes it.
+        # A producer of lane 0 whose init_transactions timed out: the next start resumes it.
         self._starting: Producer | None = None
+        # The other lanes' producers that run, and those whose init_transactions timed out.
+        self._followers: dict[int, Producer] = {}
+        self._starting_followers: dict[int, Producer] = {}
+        # Lanes started since lane 0 last committed: not used until it commits again.
+        self._unverified: set[int] = set()
+        # A lane that failed is started again only after lane 0 committed since (so a writer
+        # that lost the partition does not fence the new holder's lane first), and not
+        # before this time after a start of it failed.
+        self._followers_may_start = False
+        self._followers_retry_at = 0.0
+        # The lane of the last transaction.
+        self._last_lane = 0
         # Offset of the last record this writer committed to the partition (-1: none yet).
         self._last_committed = -1
+        # Per lane, the offset of its last committed record, or of the take marker before
+        # this writer's latest start if later: a probe reads from the earliest of them (see
+        # ``_read_to_a_probe``).
+        self._committed_on = [-1] * LANES
         # A transaction of this writer ended with an unknown outcome: look before re-fencing.
         self._in_doubt = False
         # Dropped producers whose last transaction may still be ending, and until when (_drop).
@@ -198,22 +248,22 @@ class _PartitionProducer:
         transaction, which fails if another coordinator fenced it since."""
         if self._producer is None and not self.fenced:
             return self._start_producer(marker)
-        return self.transact([marker])
+        return self.transact([marker], on_lane_0=True)
 
     def _start_producer(self, marker: EncodedRecord | None = None) -> int:
-        """A new transactional producer that fenced every older holder; the offset of the
-        marker written after the fencing (``marker``, or a take marker)."""
+        """New transactional producers, lane 0 first, that fenced every older holder; the
+        offset of the marker written after the fencing (``marker``, or a take marker)."""
         try:
             if self._in_doubt and self._last_committed >= 0:
                 self._look_for_a_new_holder()
             self._in_doubt = False
             # Said before it fences: an older holder whose write the fencing cut short
             # probes the log after it, and so finds this marker (see the module docstring).
-            self._append_plain_marker("take")
+            before = self._append_plain_marker("take")
             # A start that timed out resumes with the same producer (librdkafka's advice):
             # a new one would ask the brokers for a new epoch again, and an overloaded
             # broker might never get through.
-            self._starting = self._starting or Producer(self._config)
+            self._starting = self._starting or Producer(self._configs[0])
             self._starting.init_transactions(self._timeout_s)
         except KafkaException as error:
             failure: KafkaError = error.args[0]
@@ -223,10 +273,20 @@ class _PartitionProducer:
                 f"cannot start the state producer: {failure.str()}", failure.name()
             ) from error
         self._producer, self._starting = self._starting, None
+        self._last_lane = 0
+        # Anything another coordinator took the partition with follows the first take
+        # marker: until every lane has committed, a probe reads from there.
+        self._committed_on = [before] * LANES
         # And once more after: the older holder may have committed between the first
-        # marker and the fencing, and its probe reads only from its last commit on.
+        # marker and the fencing, and its probe reads only from its lanes' last commits on.
+        after = self._append_plain_marker("take")
+        # The other lanes are fenced after lane 0, so a start that lost lane 0 to another
+        # can never have fenced that one's other lanes after it verified them (see
+        # ``transact``); what is written after this follows every older holder's commit on
+        # any lane.
+        self._start_followers()
         if marker is None:
-            return self._append_plain_marker("take")
+            return after
         try:
             return self._markers.append(self.topic, self.partition, *marker)
         except KafkaException as error:
@@ -234,7 +294,55 @@ class _PartitionProducer:
                 f"cannot write a marker: {error.args[0].str()}", "COORDINATOR_NOT_AVAILABLE"
             ) from error
 
-    def transact(self, batch: Sequence[EncodedRecord]) -> int:
+    def _start_followers(self) -> None:
+        """Start (fence) every lane but lane 0 that does not run; each is unverified until
+        lane 0 commits. A lane that cannot start now is left out for a while: lane 0 alone
+        carries the writes meanwhile."""
+        self._followers_may_start = False
+        for lane in range(1, LANES):
+            if lane in self._followers:
+                continue
+            producer = self._starting_followers.pop(lane, None) or Producer(self._configs[lane])
+            try:
+                producer.init_transactions(self._timeout_s)
+            except KafkaException as error:
+                failure: KafkaError = error.args[0]
+                if not failure.fatal() and failure.retriable():
+                    self._starting_followers[lane] = producer
+                self._followers_retry_at = time.monotonic() + self._timeout_s
+                logger.info(
+                    "state partition %d: lane %d did not start (%s); lane 0 writes alone for now",
+                    self.partition,
+                    lane,
+                    failure.str(),
+                )
+                continue
+            self._followers[lane] = producer
+            self._unverified.add(lane)
+
+    def _next_lane(self, on_lane_0: bool) -> int:
+        """The lane of the next transaction. Lanes in turn: the brokers answer a transaction's
+        first AddPartitionsToTxn with CONCURRENT_TRANSACTIONS while the previous transaction
+        of the same transactional.id still has its markers written, and librdkafka then waits
+        20 ms before it asks again; the other lane's last transaction ended a whole
+        transaction earlier. Lane 0 whenever another lane started since lane 0 last
+        committed: only lane 0 says who holds the partition, and a writer that lost it may
+        still hold another lane (two coordinators that start at once each fence the other
+        lanes in turn); once lane 0 commits after a lane's start, that start came after every
+        other holder's fencing of the lane."""
+        if (
+            self._followers_may_start
+            and len(self._followers) < LANES - 1
+            and time.monotonic() >= self._followers_retry_at
+        ):
+            self._start_followers()
+        lane = (self._last_lane + 1) % LANES
+        if on_lane_0 or self._unverified or (lane != 0 and lane not in self._followers):
+            lane = 0
+        self._last_lane = lane
+        return lane
+
+    def transact(self, batch: Sequence[EncodedRecord], on_lane_0: bool = False) -> int:
         """In the partition's thread: one transaction holding ``batch``; its last offset."""
         if self.fenced:
             raise self._fenced(KafkaError(KafkaError._FENCED))
@@ -242,10 +350,11 @@ class _PartitionProducer:
             self._end_retired(time.monotonic())
         if self._producer is None:
             self._start_producer()
+        lane = self._next_lane(on_lane_0)
         # Every raise below deletes this name first: the failure's traceback holds this
         # frame, and must not keep a dropped producer (its threads, its connections) alive
         # for as long as someone holds the failure, or until the next full collection.
-        producer = self._producer
+        producer = self._producer if lane == 0 else self._followers[lane]
         assert producer is not None
         last_offset = -1
         failures: list[KafkaError] = []
@@ -272,7 +381,7 @@ class _PartitionProducer:
                         # The local queue is full: let deliveries drain it, then go on.
                         producer.poll(0.001)
         except KafkaException as error:
-            settled = self._settle(error.args[0])
+            settled = self._settle(error.args[0], lane)
             del producer
             raise settled from error
         except Exception as error:
@@ -292,7 +401,7 @@ class _PartitionProducer:
                 kafka_error: KafkaError = error.args[0]
                 if attempt == 0 and kafka_error.retriable() and not kafka_error.fatal():
                     continue
-                settled = self._settle(kafka_error)
+                settled = self._settle(kafka_error, lane)
                 del producer
                 raise settled from error
         if failures:  # committed, yet a delivery failed: cannot happen; trust nothing
@@ -300,6 +409,10 @@ class _PartitionProducer:
             del producer
             raise errors.WriteFailed(f"state topic write failed: {failures[0].str()}", "UNKNOWN")
         self._last_committed = max(self._last_committed, last_offset)
+        self._committed_on[lane] = max(self._committed_on[lane], last_offset)
+        if lane == 0:
+            self._unverified.clear()
+            self._followers_may_start = True
         return last_offset
 
     def _look_for_a_new_holder(self) -> None:
@@ -332,7 +445,10 @@ class _PartitionProducer:
         try:
             # What an earlier probe read already holds no foreign marker: each retry (each
             # appending a probe of its own) goes on from there, so a slow read still ends.
-            start = max(self._last_committed + 1, self._probed_to)
+            # From the earliest of the lanes' last commits: a new holder fences the other
+            # lanes after lane 0 and its take markers, so one of them may have committed
+            # after those markers while lane 0's last commit was before them.
+            start = max(min(self._committed_on) + 1, self._probed_to, 0)
             consumer.assign([TopicPartition(self.topic, self.partition, start)])
             partition = [TopicPartition(self.topic, self.partition)]
             while time.monotonic() < deadline:
@@ -362,12 +478,16 @@ class _PartitionProducer:
             "cannot read the partition to the probe", "COORDINATOR_NOT_AVAILABLE"
         )
 
-    def _append_plain_marker(self, purpose: str) -> int:
-        """A load marker naming this writer, appended outside any transaction; its offset."""
+    def _marker(self, purpose: str) -> EncodedRecord:
+        """A load marker naming this writer (a record never replayed)."""
         nonce = f"{self._nonce_prefix}{purpose}-{uuid.uuid4().hex}"
-        key, value = codec.encode_record(
+        return codec.encode_record(
             records.Record(records.LoadMarkerKey(), records.LoadMarkerValue(nonce, 0))
         )
+
+    def _append_plain_marker(self, purpose: str) -> int:
+        """A load marker naming this writer, appended outside any transaction; its offset."""
+        key, value = self._marker(purpose)
         try:
             return self._markers.append(self.topic, self.partition, key, value)
         except KafkaException as error:
@@ -376,21 +496,42 @@ class _PartitionProducer:
                 "COORDINATOR_NOT_AVAILABLE",
             ) from error
 
-    def _settle(self, error: KafkaError) -> errors.StateTopicError:
-        """The error to raise for a transaction of the current producer that failed with
-        ``error``. Unless the producer is fenced or broken, abort the transaction: the broker
-        then tells whether another producer took over (the failure may only have been a
-        timeout so far)."""
+    def _settle(self, error: KafkaError, lane: int) -> errors.StateTopicError:
+        """The error to raise for a transaction on ``lane`` that failed with ``error``. Unless
+        the producer is fenced or broken, abort the transaction: the broker then tells
+        whether another producer took over (the failure may only have been a timeout so
+        far)."""
         if error.code() not in _FENCED_CODES and not error.fatal():
-            assert self._producer is not None
+            producer = self._producer if lane == 0 else self._followers[lane]
+            assert producer is not None
             try:
-                self._producer.abort_transaction(self._timeout_s)
+                producer.abort_transaction(self._timeout_s)
             except KafkaException as abort_error:
                 error = abort_error.args[0]
             else:
                 return errors.WriteFailed(
                     f"state topic write failed (aborted): {error.str()}", error.name()
                 )
+        if lane != 0:
+            # Another lane says nothing of who holds the partition (a coordinator that lost
+            # lane 0 in a start may have fenced it after this one): it is started again once
+            # lane 0 committed since, and only lane 0 can fence the writer for good.
+            fenced = error.code() in _FENCED_CODES or error.fatal()
+            self._drop_follower(lane, in_doubt=not fenced)
+            failed = errors.WriteFailed(
+                f"state topic write failed on lane {lane}: {error.str()}", error.name()
+            )
+            if not fenced:
+                return failed
+            # Had another coordinator taken the partition, lane 0 fails too: ask it now, so
+            # that a writer that lost the partition says so at its first failed write.
+            try:
+                self.transact([self._marker("check")], on_lane_0=True)
+            except errors.WriterFenced as lost:
+                return lost
+            except errors.WriteFailed as unknown:
+                return errors.WriteFailed(f"{failed}; {unknown}", error.name())
+            return failed
         # Whatever went wrong, this producer is not trusted again. A fenced one is never
         # replaced; any other is, and the new one's init_transactions settles what this
         # one left open (committed or aborted) before anything new is written.
@@ -446,6 +587,18 @@ class _PartitionProducer:
             f"{transactional_id(self.topic, self.partition)!r} ({error.str()})",
         )
 
+    def _drop_follower(self, lane: int, in_doubt: bool) -> None:
+        """Drop another lane's producer, retired as ``_drop`` retires one in doubt."""
+        producer = self._followers.pop(lane, None)
+        self._unverified.discard(lane)
+        self._followers_may_start = False
+        if producer is not None:
+            with contextlib.suppress(KafkaException):
+                producer.purge()
+                producer.flush(0)
+            if in_doubt:
+                self._retired.append((time.monotonic() + 2 * self._timeout_s, producer))
+
     def _drop(self, in_doubt: bool = False) -> None:
         """Drop the producer; it ends now, unless its last transaction's outcome is unknown
         (``in_doubt``): then the writer looks for a new holder before it fences again, and
@@ -455,6 +608,10 @@ class _PartitionProducer:
         ``read_committed`` readers at once rather than when the brokers time it out."""
         if in_doubt:
             self._in_doubt = True
+        # The other lanes go too: the next start fences them again after lane 0.
+        for lane in list(self._followers):
+            self._drop_follower(lane, in_doubt=False)
+        self._starting_followers.clear()
         producer, self._producer = self._producer, None
         now = time.monotonic()
         self._end_retired(now)
@@ -473,10 +630,14 @@ class _PartitionProducer:
         self._retired = [(until, kept) for until, kept in self._retired if until > now]
 
     def close(self, timeout_s: float) -> None:
-        """In the partition's thread: abort an unfinished transaction, drop the producer."""
+        """In the partition's thread: abort an unfinished transaction, drop the producers."""
         self._retired.clear()
-        producer, self._producer = self._producer, None
-        if producer is not None:
+        self._starting_followers.clear()
+        producers = [self._producer, *self._followers.values()]
+        self._producer, self._followers = None, {}
+        for producer in producers:
+            if producer is None:
+                continue
             try:
                 producer.abort_transaction(timeout_s)
             except KafkaException as error:
