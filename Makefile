@@ -69,10 +69,17 @@ controlplane-background:
 # The end-to-end tests run after the others, on their own: one control plane, three operator
 # replicas and their members keep two cores busy, and a failover's deadlines (a member drops
 # its partitions after half its session) are the product's, not the test's to stretch.
+# A test process that ended mid-test (the hang guard ends one stuck where pytest-timeout
+# cannot reach it: tests/support/hang_guard.py) leaves a file here naming its test, with every
+# thread's stack when the guard ended it; a failed run prints them.
+export KGO_HANG_STACKS_DIR := $(CURDIR)/.pytest_cache/hang-stacks
+SHOW_HANG_STACKS = { cat "$(KGO_HANG_STACKS_DIR)"/*.txt 2>/dev/null; exit 1; }
+
 test: controlplane-background install lint kafka
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	rm -rf "$(KGO_HANG_STACKS_DIR)"
+	$(PY) -m pytest $(PYTEST_ARGS) tests || $(SHOW_HANG_STACKS)
 	$(MAKE) --no-print-directory controlplane
-	$(PY) -m pytest e2e
+	$(PY) -m pytest e2e || $(SHOW_HANG_STACKS)
 
 bench: install kafka
 	$(PY) -m bench $(BENCH_ARGS)

@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.hang_guard import pytest_runtest_protocol  # noqa: F401  (a hook)
+from tests.support.hang_guard import (  # noqa: F401  (hooks)
+    pytest_runtest_protocol,
+    pytest_unconfigure,
+)
 
 from e2e.support import controlplane, node
 from kafka_group_operator.embedded import kafka

@@ -17,7 +17,10 @@ import pytest
 
 from kafka_group_operator.embedded import broker as embedded
 from kafka_group_operator.embedded import kafka
-from tests.support.hang_guard import pytest_runtest_protocol  # noqa: F401  (a hook)
+from tests.support.hang_guard import (  # noqa: F401  (hooks)
+    pytest_runtest_protocol,
+    pytest_unconfigure,
+)
 
 BROKERS = ("kafka", "tansu")
 
