@@ -41,16 +41,17 @@ meanwhile its groups answer ``COORDINATOR_LOAD_IN_PROGRESS``, exactly as while t
 starts. Reads (fetch, describe)
 are served from memory, which only ever holds durable state.
 
-Split brain is prevented by the brokers: each partition's writer is a transactional producer
-whose ``transactional.id`` names the topic and partition, so a second coordinator's load
-fences this one's writer (Kafka's zombie fencing). A fenced partition stops at once: what is
-queued or in flight fails, every later request for its groups answers ``NOT_COORDINATOR``
-(a warning says so once), and that tenure's writer never writes again (a partition under a
-Lease may be taken again by a new writer: see below). Requests that write nothing
-(heartbeats that change nothing, fetch, describe) cannot discover a fence by themselves, so
-a partition that answered them and has had no committed write for
-``fence_check_interval_ms`` writes a marker (never replayed) to check it still holds the
-partition: a fenced coordinator answers such requests for about that long at most.
+Split brain is prevented by the brokers: each partition's writer writes with transactional
+producers whose transactional ids name the topic and partition (``writer``), so a second
+coordinator's load fences this one's writer (Kafka's zombie fencing). A fenced partition
+stops at once: what is queued or in flight fails, every later request for its groups
+answers ``NOT_COORDINATOR`` (a warning says so once), and that tenure's writer never writes
+again (a partition under a Lease may be taken again by a new writer: see below). Requests
+that write nothing (heartbeats that change nothing, fetch, describe) cannot discover a fence
+by themselves, so a partition that answered them and has had no committed write for
+``fence_check_interval_ms`` writes a marker (never replayed; on the writer's lane 0, the one
+that decides who holds the partition) to check it still holds the partition: a fenced
+coordinator answers such requests for about that long at most.
 
 Timers call the shard's ``on_timer`` at its ``next_deadline_ms`` (session and rebalance
 timeouts, offsets retention) and at least every ``timer_interval_ms``; broker metadata of
@@ -68,7 +69,7 @@ same per-partition fencing, and answers ``NOT_COORDINATOR`` for the groups of an
 The set may also change while the runtime runs, as partition Leases come and go (the
 elector calls ``acquire`` and ``release``). Taking a partition is Kafka's takeover: a fresh
 writer's first append (the load marker) runs ``init_transactions`` on the partition's
-``transactional.id``, fencing whoever wrote it before; the partition answers
+transactional ids, fencing whoever wrote it before; the partition answers
 ``COORDINATOR_LOAD_IN_PROGRESS`` until its load ends, then serves. Each tenure of a partition
 has a writer of its own, because a writer's fencing is sticky: a partition lost and taken back
 needs a producer that was never fenced. Giving a partition up stops it at once: what is queued
@@ -1376,7 +1377,7 @@ class CoordinatorRuntime:
             )
             started = time.monotonic()
             try:
-                await tenure.writer.append(partition.index, [marker])
+                await tenure.writer.append_marker(partition.index, marker)
             except runtime_errors.WriterFenced as error:
                 if partition.tenure is tenure:
                     self._fence(partition, error, [])

@@ -17,8 +17,10 @@ So of two coordinators started at once, the one that fenced lane 0 last holds th
 even where the other fenced a lane after it: the other's next transaction is on lane 0,
 which fails, and it never uses the lane it won; the holder's write on that lane fails
 (retriably), and the lane is started again once lane 0 committed. Only lane 0's failures
-can fence a writer for good (below); another lane's failure drops that lane alone. Every
-lane of an older holder is fenced before the new holder's load marker, so a load reads
+can fence a writer for good (below); another lane's failure drops that lane alone, and when
+that lane was fenced the writer asks lane 0 at once (a check marker in a lane-0
+transaction), so that a writer that lost the partition says so at its first failed write.
+Every lane of an older holder is fenced before the new holder's load marker, so a load reads
 everything any lane of an older holder committed.
 
 Outcomes of an append:
@@ -43,10 +45,10 @@ A new producer would fence whoever holds the partition now, so after such an unk
 the writer first looks whether another coordinator took the partition since this writer's
 last committed record: every coordinator's load and fence-check markers carry a nonce naming
 its writer (``marker_nonce``), and the writer appends a plain probe marker and reads the log
-from that record to the probe (``read_uncommitted``: its own unsettled transaction must not
-block the read). A foreign coordinator's marker there means this writer was fenced. A writer
-appends a plain "take" marker before and right after every ``init_transactions`` (after it,
-a load's own marker when a load starts the producer: it names the writer too), so that a
+from the earliest of its lanes' last committed records to the probe (``read_uncommitted``:
+its own unsettled transaction must not block the read). A foreign coordinator's marker there
+means this writer was fenced. A writer appends a plain "take" marker before and right after
+lane 0's ``init_transactions`` (and a load's own marker after the other lanes'), so that a
 fencing that cut an older holder's transaction short has its marker ahead of that holder's
 probe (the one before unless the holder committed in between, the one after unless the
 holder's probe won the few milliseconds between fencing and marker: a heuristic for
@@ -55,7 +57,7 @@ themselves are no evidence (the holder in doubt writes them).
 
 Markers outside transactions (take, probe, and the load marker of a producer that starts
 now: ``append_marker``) go through one plain producer per writer, shared by all partitions.
-A load thus costs each partition one ``init_transactions`` and plain produces, no
+A load thus costs each partition one ``init_transactions`` per lane and plain produces, no
 transaction of its own.
 
 librdkafka's transactional calls block, so each partition's producer runs them on a thread
