@@ -201,18 +201,22 @@ async def test_a_start_that_lost_lane_0_acknowledges_nothing_on_a_lane_it_won(
 async def test_a_fenced_writer_s_producer_ends_with_its_failure(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    """The dropped producer ends when it is dropped, not when the failure that dropped it does
-    (its traceback holds the writer's frames) nor at the next full collection: until then its
-    threads would keep connecting to the brokers."""
+    """The dropped producers end when they are dropped, not when the failure that dropped them
+    does (its traceback holds the writer's frames) nor at the next full collection: until then
+    their threads would keep connecting to the brokers."""
     async with _fenced_writer(broker) as (first, _):
-        dropped = id(first._producers[0]._producer)
-        gc.disable()  # only reference counting may end it
+        lanes = first._producers[0]
+        # Every lane's: the write runs on lane 1, whose failure asks lane 0.
+        assert lanes._last_lane == 0
+        dropped = {id(lanes._producer), *(id(p) for p in lanes._followers.values())}
+        assert len(dropped) == writer.LANES
+        gc.disable()  # only reference counting may end them
         try:
             with pytest.raises(runtime_errors.WriterFenced) as raised:
                 await first.append(0, [_record(3)])
             assert raised.value.__cause__ is not None  # the failure and its traceback are held
             assert not any(
-                id(found) == dropped and isinstance(found, Producer) for found in gc.get_objects()
+                id(found) in dropped and isinstance(found, Producer) for found in gc.get_objects()
             )
         finally:
             gc.enable()
@@ -320,17 +324,23 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
         await alone.append(0, [_record(1)])
         # The abandoned producers: the same transactional ids (whichever lane the next write
         # takes), and no take marker before them.
-        for transactional_id in writer.transactional_ids(name, 0):
-            abandoned = Producer(
-                {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}
-            )
-            await asyncio.to_thread(abandoned.init_transactions, 10)
+        await asyncio.to_thread(_abandoned_starts, broker.bootstrap, name)
         with pytest.raises(runtime_errors.WriteFailed) as failed:
             await alone.append(0, [_record(2)])
         assert not isinstance(failed.value, runtime_errors.WriterFenced)
         assert not alone.fenced(0)
         assert await alone.append(0, [_record(3)]) > 0
         assert not alone.fenced(0)
+
+
+def _abandoned_starts(bootstrap: str, name: str) -> None:
+    """Producers of every lane's transactional id of partition 0 that start and are dropped:
+    their epochs fence the writer's producers. Created and ended here, so that no failure's
+    traceback keeps one (and its threads) alive past the test."""
+    for transactional_id in writer.transactional_ids(name, 0):
+        Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+        ).init_transactions(10)
 
 
 @contextlib.asynccontextmanager
@@ -365,11 +375,22 @@ async def test_a_fence_found_while_a_large_batch_is_queued_is_a_fence(
     the writer learns it was fenced, and never starts a producer that fences the new holder
     back."""
     async with _fenced_writer(broker) as (first, _):
+        lanes = first._producers[0]
+        dropped = {id(lanes._producer), *(id(p) for p in lanes._followers.values())}
         large = [_record(10 + i) for i in range(5000)]
-        outcomes = await asyncio.gather(
-            first.append(0, large), first.append(0, [_record(3)]), return_exceptions=True
-        )
-        assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
+        gc.disable()  # only reference counting may end the dropped producers
+        try:
+            outcomes = await asyncio.gather(
+                first.append(0, large), first.append(0, [_record(3)]), return_exceptions=True
+            )
+            assert all(isinstance(o, runtime_errors.WriterFenced) for o in outcomes), outcomes
+            # The failures (and their tracebacks through the writer) are held; the producers
+            # are not.
+            assert not any(
+                id(found) in dropped and isinstance(found, Producer) for found in gc.get_objects()
+            )
+        finally:
+            gc.enable()
 
 
 async def test_records_of_a_transaction_not_committed_are_never_loaded(

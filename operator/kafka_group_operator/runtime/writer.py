@@ -356,8 +356,7 @@ class _PartitionProducer:
         # Every raise below deletes this name first: the failure's traceback holds this
         # frame, and must not keep a dropped producer (its threads, its connections) alive
         # for as long as someone holds the failure, or until the next full collection.
-        producer = self._producer if lane == 0 else self._followers[lane]
-        assert producer is not None
+        producer = self._lane_producer(lane)
         last_offset = -1
         failures: list[KafkaError] = []
 
@@ -504,10 +503,11 @@ class _PartitionProducer:
         whether another producer took over (the failure may only have been a timeout so
         far)."""
         if error.code() not in _FENCED_CODES and not error.fatal():
-            producer = self._producer if lane == 0 else self._followers[lane]
-            assert producer is not None
             try:
-                producer.abort_transaction(self._timeout_s)
+                # No name for the producer in this frame: the failure returned may carry a
+                # traceback through it (the lane-0 check below), and must not keep a dropped
+                # producer (its threads, its connections) alive.
+                self._lane_producer(lane).abort_transaction(self._timeout_s)
             except KafkaException as abort_error:
                 error = abort_error.args[0]
             else:
@@ -580,6 +580,11 @@ class _PartitionProducer:
             f"({error.str()})",
             error.name(),
         )
+
+    def _lane_producer(self, lane: int) -> Producer:
+        producer = self._producer if lane == 0 else self._followers[lane]
+        assert producer is not None
+        return producer
 
     def _fenced(self, error: KafkaError) -> errors.WriterFenced:
         self.fenced = True
