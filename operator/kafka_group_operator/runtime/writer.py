@@ -105,7 +105,7 @@ _PROBE = "probe"
 
 
 # Transactional producers ("lanes") per state partition, used in turn (see
-# ``_PartitionProducer.transact``). Every coordinator of a state topic must use the same
+# ``_PartitionProducer._next_lane``). Every coordinator of a state topic must use the same
 # number: a new holder fences the lanes it knows of, and a lane it does not know would go on
 # writing.
 LANES = 2
