@@ -39,9 +39,9 @@ def _stacks_file(config: pytest.Config) -> TextIO:
     global _stacks
     if _stacks is None:
         configured = os.environ.get(STACKS_DIR_ENV)
-        directory = Path(configured) if configured else config.rootpath / ".pytest_cache"
-        if not configured:
-            directory /= "hang-stacks"
+        directory = (
+            Path(configured) if configured else config.rootpath / ".pytest_cache" / "hang-stacks"
+        )
         directory.mkdir(parents=True, exist_ok=True)
         _stacks = (directory / f"{os.getpid()}.txt").open("w", encoding="utf-8")
     return _stacks
