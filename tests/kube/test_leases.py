@@ -294,6 +294,36 @@ async def test_a_replica_shutting_down_releases_its_leases_for_others_at_once(
     assert b.serving == {0, 1}
 
 
+async def test_a_stop_that_comes_with_a_wake_up_still_ends_the_elector(
+    kmock: kube.ApiServer, api: client.KubeClient
+) -> None:
+    """Cancelled in the same moment a wake-up ends its sleep, the elector ends, releasing.
+
+    On Python 3.11, ``asyncio.wait_for`` hands back its awaitable's result when that result
+    and a cancellation arrive together, and the task goes on as if never cancelled: a
+    replica's stop, which cancels its elector and waits for it, then waited for ever."""
+    a = Replica(api, "a", 1, members={"a"})
+    asleep = asyncio.Event()
+    sleep = a.elector._sleep
+
+    async def sleep_noted(seconds: float) -> bool:
+        asleep.set()
+        return await sleep(seconds)
+
+    a.elector._sleep = sleep_noted  # type: ignore[method-assign]
+    task = asyncio.create_task(a.elector.run())
+    await asleep.wait()
+    assert a.serving == {0}
+    # Both before the elector's task runs again: its wake-up done, and the cancellation.
+    a.elector.wake()
+    task.cancel()
+    async with asyncio.timeout(30):
+        await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()
+    assert a.serving == set()
+    assert _holders(kmock, 1) == {0: None}
+
+
 @pytest.mark.parametrize(
     ("timing", "message"),
     [

@@ -314,7 +314,8 @@ class LeaseElector:
             self._wake.clear()
             return True
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
         except TimeoutError:
             return False
         self._wake.clear()
@@ -510,8 +511,8 @@ class LeaseElector:
         renewals = asyncio.gather(*(self._renew(p) for p in sorted(self._held)))
         try:
             # Bounded: a stalled API server must not hold the round past the deadline.
-            reads = await asyncio.wait_for(
-                asyncio.gather(
+            async with asyncio.timeout(self.config.renew_deadline_seconds):
+                reads = await asyncio.gather(
                     *(
                         _nothing()
                         if partition in unread
@@ -519,9 +520,7 @@ class LeaseElector:
                         for partition, name in enumerate(names)
                     ),
                     return_exceptions=True,
-                ),
-                timeout=self.config.renew_deadline_seconds,
-            )
+                )
         except TimeoutError as error:
             await renewals
             message = "reading the leases took longer than the renew deadline"
@@ -620,10 +619,8 @@ class LeaseElector:
             return
         sent_at = self.clock()
         try:
-            renewed = await asyncio.wait_for(
-                leases.renew(self.api, self.config.namespace, hold.lease),
-                timeout=max(hold.valid_until - sent_at, 0.0),
-            )
+            async with asyncio.timeout(max(hold.valid_until - sent_at, 0.0)):
+                renewed = await leases.renew(self.api, self.config.namespace, hold.lease)
         except (errors.KubeError, TimeoutError) as error:
             if self._held.get(partition) is hold:
                 self._drop(partition, f"renewal failed: {error or 'no answer in time'}")

@@ -678,10 +678,10 @@ class Gateway:
                 self._cluster_link = await self._connect_cluster()
             reader, writer, version = self._cluster_link
             self._cluster_calls += 1
-            reply = await asyncio.wait_for(
-                connection.call(reader, writer, _metadata_request(version), self._cluster_calls),
-                10.0,
-            )
+            async with asyncio.timeout(10.0):
+                reply = await connection.call(
+                    reader, writer, _metadata_request(version), self._cluster_calls
+                )
         except Exception as error:  # unreachable, refused, or a reply kio cannot read
             logger.warning("cannot ask the brokers for their nodes: %s", error)
             if self._cluster_link is not None:
@@ -700,9 +700,8 @@ class Gateway:
         asks with (ApiVersions v0, which every broker answers)."""
         reader, writer = await self._connect_bootstrap()
         try:
-            versions = await asyncio.wait_for(
-                connection.call(reader, writer, ApiVersionsV0Request(), 0), 10.0
-            )
+            async with asyncio.timeout(10.0):
+                versions = await connection.call(reader, writer, ApiVersionsV0Request(), 0)
             if versions.error_code != ErrorCode.none:
                 raise UpstreamError(f"ApiVersions: {versions.error_code.name.upper()}")
             ranges = {
@@ -834,9 +833,8 @@ class Gateway:
                 request = FindCoordinatorRequest(
                     key_type=i8(GROUP_KEY_TYPE), coordinator_keys=tuple(keys)
                 )
-                reply = await asyncio.wait_for(
-                    connection.call(*self._resolver, request, self._resolver_calls), 10.0
-                )
+                async with asyncio.timeout(10.0):
+                    reply = await connection.call(*self._resolver, request, self._resolver_calls)
             except (OSError, TimeoutError, framing.FrameError, UpstreamError) as error:
                 logger.info("cannot ask the coordinator listener who coordinates: %s", error)
                 if self._resolver is not None:

@@ -187,21 +187,20 @@ async def connect(
     """An upstream connection, TLS and SASL done; ``UpstreamError`` if that fails."""
     host, port = address
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(
                 host,
                 port,
                 ssl=security.tls,
                 server_hostname=host if security.tls else None,
                 limit=STREAM_LIMIT,
-            ),
-            timeout_s,
-        )
+            )
     except (OSError, ssl.SSLError, TimeoutError) as error:
         raise UpstreamError(f"cannot connect to {host}:{port}: {error}") from None
     if security.sasl is not None:
         try:
-            await asyncio.wait_for(authenticate(reader, writer, security.sasl), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await authenticate(reader, writer, security.sasl)
         except (OSError, ssl.SSLError, TimeoutError, framing.FrameError) as error:
             writer.close()
             raise UpstreamError(f"authenticating to {host}:{port}: {error}") from None
