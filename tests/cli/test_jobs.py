@@ -185,10 +185,20 @@ def _command(pid: int) -> str:
         return ""
 
 
-# Ctrl-C, and a `kill` (or a container stopping): the same stop.
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+# Ctrl-C, and a `kill` (or a container stopping): the same stop. Ctrl-C also when the
+# command was started with SIGINT ignored, as a script's `&` starts it (and as this test's own
+# process may have been started): kgo's handler is its own, whatever it inherited.
+@pytest.mark.parametrize(
+    ("signum", "inherited"),
+    [
+        (signal.SIGINT, signal.SIG_DFL),
+        (signal.SIGINT, signal.SIG_IGN),
+        (signal.SIGTERM, signal.SIG_DFL),
+    ],
+    ids=["sigint", "sigint-ignored-at-start", "sigterm"],
+)
 def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(
-    dev: DevSetup, tmp_path: Path, signum: signal.Signals
+    dev: DevSetup, tmp_path: Path, signum: signal.Signals, inherited: signal.Handlers
 ) -> None:
     location = tmp_path / "snaps" / "interrupted"
     # Every process the job starts inherits it: none may be left once the job has ended.
@@ -201,6 +211,7 @@ def test_ctrl_c_stops_the_job_in_one_line_and_leaves_nothing(
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
     )  # fmt: skip
     try:
         # Interrupted once the job's JVM runs: Spark is started, the case that used to print

@@ -362,35 +362,46 @@ def run_job(
         env["KGO_GROUP_TOKEN"] = args.token  # in the environment, never on a command line
     progress = Progress(f"kgo {command}", sys.stderr)
     progress.status(f"kgo {command}: starting Spark")
-    process = subprocess.Popen(
-        [sys.executable, "-m", f"kafka_group_jobs.{JOBS[command]}", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # A session of its own: Ctrl-C reaches this process, which stops the job in order.
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    assert process.stderr is not None
-    reader = threading.Thread(target=progress.follow, args=(process.stderr,), daemon=True)
-    reader.start()
     # SIGTERM (a `kill`, a container stopping) stops the job as Ctrl-C does: the job runs in a
-    # session of its own, and would otherwise go on without anyone to wait for it.
+    # session of its own, and would otherwise go on without anyone to wait for it. Ctrl-C's
+    # handler is set too (as `kgo dev up` and `kgo demo` set theirs), before the job starts,
+    # which then starts with Ctrl-C's default: a process started with SIGINT ignored (from a
+    # script's `&`), and everything it starts, would otherwise go on through a Ctrl-C.
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+    previous = (
+        {signum: signal.signal(signum, _terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
+        if main_thread
+        else {}
+    )
+    process: subprocess.Popen[str] | None = None
+    reader: threading.Thread | None = None
     try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"kafka_group_jobs.{JOBS[command]}", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            # A session of its own: Ctrl-C reaches this process, which stops the job in order.
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        assert process.stderr is not None
+        reader = threading.Thread(target=progress.follow, args=(process.stderr,), daemon=True)
+        reader.start()
         stdout = process.stdout.read()
         process.wait()
     except KeyboardInterrupt:
         progress.quiet.set()
         progress.clear()
-        _stop(process, location)
+        if process is not None:
+            _stop(process, location)
         raise _Interrupted(_interrupted(args, command)) from None
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
-        reader.join(10)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if reader is not None:
+            reader.join(10)
         progress.clear()
     if process.returncode == INTERRUPTED_EXIT:  # stopped by a signal sent to it directly
         raise _Interrupted(_interrupted(args, command))
