@@ -623,7 +623,7 @@ class LeaseElector:
                 renewed = await leases.renew(self.api, self.config.namespace, hold.lease)
         except (errors.KubeError, TimeoutError) as error:
             if self._held.get(partition) is hold:
-                self._drop(partition, f"renewal failed: {error or 'no answer in time'}")
+                self._drop(partition, f"renewal failed: {str(error) or 'no answer in time'}")
             return
         if self._held.get(partition) is hold:  # not dropped meanwhile (deadline, lost)
             hold.lease = renewed
