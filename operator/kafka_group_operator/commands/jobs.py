@@ -364,9 +364,9 @@ def run_job(
     progress.status(f"kgo {command}: starting Spark")
     # SIGTERM (a `kill`, a container stopping) stops the job as Ctrl-C does: the job runs in a
     # session of its own, and would otherwise go on without anyone to wait for it. Ctrl-C's
-    # handler is set too (as `kgo dev up` and `kgo demo` set theirs), before the job starts,
-    # which then starts with Ctrl-C's default: a process started with SIGINT ignored (from a
-    # script's `&`), and everything it starts, would otherwise go on through a Ctrl-C.
+    # handler is set too (as `kgo dev up` sets its own), before the job starts, which then
+    # starts with Ctrl-C's default: a process started with SIGINT ignored (from a script's
+    # `&`), and everything it starts, would otherwise go on through a Ctrl-C.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = (
         {signum: signal.signal(signum, _terminated) for signum in (signal.SIGTERM, signal.SIGINT)}
