@@ -180,6 +180,31 @@ def events(
     return found
 
 
+def restarted(namespace: str) -> dict[str, dict[str, Any]]:
+    """Containers of the namespace's pods that restarted: the count, how the last run ended
+    (exit code, reason, start and end) and the end of its log, so that a failed "nothing
+    restarted" check carries the evidence of why."""
+    listed = json.loads(run("kubectl", "get", "pods", "-n", namespace, "-o", "json"))["items"]
+    found: dict[str, dict[str, Any]] = {}
+    for pod in listed:
+        name = pod["metadata"]["name"]
+        statuses = (pod["status"].get("containerStatuses") or []) + (
+            pod["status"].get("initContainerStatuses") or []
+        )
+        for status in statuses:
+            if not status["restartCount"]:
+                continue
+            previous = attempt(
+                "kubectl", "logs", name, "-n", namespace, "-c", status["name"], "--previous"
+            )
+            found[f"{name}/{status['name']}"] = {
+                "restarts": status["restartCount"],
+                "last": (status.get("lastState") or {}).get("terminated"),
+                "log": previous.stdout.splitlines()[-40:],
+            }
+    return found
+
+
 def log_text(namespace: str, pod: str, container: str = "consumer") -> str:
     done = attempt("kubectl", "logs", pod, "-n", namespace, "-c", container)
     return done.stdout

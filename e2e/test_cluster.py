@@ -98,18 +98,6 @@ def _delete_group(namespace: str, name: str) -> None:
     )
 
 
-def _restarts(namespace: str) -> dict[str, int]:
-    """Containers of the namespace's pods that restarted, with their restart counts."""
-    listed = json.loads(run("kubectl", "get", "pods", "-n", namespace, "-o", "json"))["items"]
-    return {
-        f"{pod['metadata']['name']}/{status['name']}": status["restartCount"]
-        for pod in listed
-        for status in (pod["status"].get("containerStatuses") or [])
-        + (pod["status"].get("initContainerStatuses") or [])
-        if status["restartCount"]
-    }
-
-
 def _wait_token(namespace: str) -> None:
     wait_for(
         lambda: (
@@ -208,7 +196,8 @@ def test_a_groups_life(cluster: Cluster, operator: str, namespace: str) -> None:
         ]
         assert moved == [], (pod, moved)
     # No member crashed on the way (each consumer container ran once).
-    assert _restarts(namespace) == {}
+    restarted = groups.restarted(namespace)
+    assert restarted == {}, json.dumps(restarted, indent=1)
     groups.produce(cluster.bootstrap, topic, 300, PARTITIONS, start=300)
     retained = _committed(cluster, namespace, gid, 600)["offsets"]
 

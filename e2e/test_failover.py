@@ -144,16 +144,6 @@ def _all_committing_since(namespace: str, instant: float) -> dict[str, list[dict
     return found if all(_first_commit_after(found[pod], instant) for pod in MEMBERS) else None
 
 
-def _restarts(namespace: str) -> dict[str, int]:
-    listed = json.loads(run("kubectl", "get", "pods", "-n", namespace, "-o", "json"))["items"]
-    return {
-        pod["metadata"]["name"]: status["restartCount"]
-        for pod in listed
-        for status in pod["status"].get("containerStatuses") or []
-        if status["restartCount"]
-    }
-
-
 def _member_events(namespace: str) -> dict[str, list[dict[str, Any]]]:
     return {pod: groups.events(namespace, pod) for pod in MEMBERS}
 
@@ -242,7 +232,8 @@ def _check_nothing_lost_or_moved(
     )
     twice = {key: n for key, n in processed.items() if n > 1}
     assert twice == {}, f"{len(twice)} messages processed more than once"
-    assert _restarts(namespace) == {}
+    restarted = groups.restarted(namespace)
+    assert restarted == {}, json.dumps(restarted, indent=1)
     acknowledged = _acknowledged_commits(found)
     durable = _durable(cluster.bootstrap, gid, acknowledged)
     assert acknowledged - durable == set(), (

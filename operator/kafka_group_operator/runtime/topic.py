@@ -4,11 +4,19 @@ Kafka's ``__consumer_offsets`` is compacted and its partition count must never c
 because a group's partition is derived from that count. A topic with another partition
 count, a delete policy or weaker durability would silently lose or misplace state, so it is
 reported (``StateTopicMisconfigured``) and never used. Blocking calls: run in a thread.
+
+A topic that was just created, by this process or another starting at the same moment, is
+not in every broker's metadata yet: Kafka acknowledges the creation once its controller has
+it, and each broker applies it to the metadata it answers with a moment later. The check
+waits for it (up to its time-out) instead of reading it as missing, or as a topic of no
+partitions.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
@@ -25,6 +33,8 @@ KAFKA_DELETE_RETENTION_MS = 24 * 3600 * 1000
 # The state topic's, when the operator creates it: a week, so that a checkpoint of the daily
 # compaction is always younger than the tombstones after it (see checkpoints.usable_age_ms).
 DELETE_RETENTION_MS = 7 * 24 * 3600 * 1000
+# How long the check waits between two looks for a topic the brokers do not show yet.
+VISIBLE_RETRY_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +88,9 @@ def _create(admin: AdminClient, settings: TopicSettings, timeout_s: float) -> bo
 
 def check_state_topic(admin: AdminClient, settings: TopicSettings, timeout_s: float) -> None:
     """Raise ``StateTopicMisconfigured`` naming every setting that differs."""
-    try:
-        topic = admin.list_topics(timeout=timeout_s).topics[settings.name]
-        resource = ConfigResource(ResourceType.TOPIC, settings.name)
-        configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
-    except KafkaException as error:
-        raise errors.StateTopicUnavailable(
-            f"cannot describe state topic {settings.name!r}: {error}"
-        ) from error
+    deadline = time.monotonic() + timeout_s
+    topic = _visible_topic(admin, settings.name, deadline)
+    configs = _topic_configs(admin, settings.name, deadline)
     problems = []
     if len(topic.partitions) != settings.partitions:
         problems.append(f"has {len(topic.partitions)} partitions, expected {settings.partitions}")
@@ -108,6 +113,49 @@ def check_state_topic(admin: AdminClient, settings: TopicSettings, timeout_s: fl
         raise errors.StateTopicMisconfigured(
             f"state topic {settings.name!r} " + "; ".join(problems) + ": refusing to use it"
         )
+
+
+def _remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), VISIBLE_RETRY_S)
+
+
+def _visible_topic(admin: AdminClient, name: str, deadline: float) -> Any:
+    """The topic's metadata, once a broker shows it whole (no error); ``StateTopicUnavailable``
+    if none does by ``deadline``."""
+    while True:
+        try:
+            described = admin.list_topics(timeout=_remaining(deadline)).topics.get(name)
+        except KafkaException as error:
+            raise errors.StateTopicUnavailable(
+                f"cannot describe state topic {name!r}: {error}"
+            ) from error
+        topic_error = None if described is None else described.error
+        if described is not None and topic_error is None:
+            return described
+        if time.monotonic() >= deadline:
+            why = "" if topic_error is None else f" ({topic_error.str()})"
+            raise errors.StateTopicUnavailable(
+                f"state topic {name!r} is not in the brokers' metadata yet{why}"
+            )
+        time.sleep(VISIBLE_RETRY_S)
+
+
+def _topic_configs(admin: AdminClient, name: str, deadline: float) -> dict[str, Any]:
+    """The topic's configs, asked again while the broker does not know the topic yet."""
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    while True:
+        try:
+            configs: dict[str, Any] = admin.describe_configs([resource])[resource].result(
+                timeout=_remaining(deadline)
+            )
+            return configs
+        except KafkaException as error:
+            code = error.args[0].code() if isinstance(error.args[0], KafkaError) else None
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
+                raise errors.StateTopicUnavailable(
+                    f"cannot describe state topic {name!r}: {error}"
+                ) from error
+        time.sleep(VISIBLE_RETRY_S)
 
 
 def _config_value(configs: dict[str, object], name: str, default: str) -> str:
