@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,25 @@ async def test_without_a_source_nothing_is_fetched() -> None:
     await tokens.authenticate(store, "a", "token-a")
     with pytest.raises(errors.GroupAuthorizationFailed):
         await tokens.authenticate(store, "b", "token-a")
+
+
+async def test_a_refusal_is_logged_once_per_interval_and_never_shows_a_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source, clock = _Source({"g": "token-g"}), _Clock()
+    store = _fetching_store(source, clock)
+    with caplog.at_level(logging.WARNING, logger=tokens.__name__):
+        for _ in range(5):
+            with pytest.raises(errors.GroupAuthorizationFailed):
+                await tokens.authenticate(store, "g", "a-guess")
+        clock.now += 1.5
+        with pytest.raises(errors.GroupAuthorizationFailed):
+            await tokens.authenticate(store, "g", "another-guess")
+    refusals = [r.getMessage() for r in caplog.records if "refused a token" in r.getMessage()]
+    assert refusals == [
+        "refused a token for group 'g': it is not the group's token (known for 0.0s); "
+        "the source was last asked 0.0s ago",
+        "refused a token for group 'g': it is not the group's token (known for 0.0s); "
+        "the source was last asked 0.0s ago",
+    ]
+    assert not any("guess" in r or "token-g" in r for r in refusals)

@@ -268,6 +268,14 @@ async def test_every_replica_authenticates_a_group_created_after_it_started(
         assert successor is not coordinator
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class _Owners:
     """Who owns each group id, as the coordinator would answer (an error: it cannot now)."""
 
@@ -315,20 +323,36 @@ async def test_the_lookup_reads_the_owners_secret(kmock: kube.ApiServer) -> None
                 "undecided": errors.CoordinatorLoadInProgress("loading"),
             }
         )
-        lookup = ownership.TokenLookup(api, lambda: owners, (), list_interval_s=60)
+        clock = _Clock()
+        lookup = ownership.TokenLookup(api, lambda: owners, (), list_interval_s=60, clock=clock)
+
+        def lists() -> int:
+            return sum(
+                1 for r in kmock if r.method == "GET" and r.resource == CG_RESOURCE and not r.name
+            )
+
         # The only claimant's token, without asking who owns the id.
         assert await lookup("shop.orders") == "token-of-shop-orders"
         assert owners.asked == []
         # Of two claimants, the recorded owner's; not the intruder's.
         assert await lookup("shared") == "token-of-shop-payments"
-        # An id nobody names has no token.
-        assert await lookup("nobody") is None
         # Several claimants and the owner unknown now: retriable, never a refusal.
         with pytest.raises(errors.CoordinatorLoadInProgress):
             await lookup("undecided")
         # The lookups above shared one list of ConsumerGroups.
-        lists = [r for r in kmock if r.method == "GET" and r.resource == CG_RESOURCE and not r.name]
-        assert len(lists) == 1
+        assert lists() == 1
+        # An id nobody names has no token, as a list begun after the lookup says.
+        clock.now += 60
+        assert await lookup("nobody") is None
+        assert lists() == 2
+        # A group created just after a list, its pods presenting its token at once: missing
+        # from that list (begun before the lookup), it is looked up in the next one, which
+        # waits for the interval's end (the old lookup answered None: a refusal).
+        fresh = ownership.TokenLookup(api, lambda: owners, (), list_interval_s=2)
+        assert await fresh("shop.orders") == "token-of-shop-orders"
+        await _resource(kmock, "shop", "late")
+        assert await fresh("shop.late") == "token-of-shop-late"
+        assert lists() == 4
         # Secrets it may not read: no token (the reconciliation reports the missing right).
         kmock.reject("v1/secrets", 403, "forbidden", action="fetch")
         assert await lookup("shop.orders") is None

@@ -134,6 +134,7 @@ class GroupTokens:
         self._asked: dict[str, float] = {}
         self._fetching: dict[str, asyncio.Task[None]] = {}
         self._failed: dict[str, errors.CoordinatorError] = {}
+        self._refusals_logged: dict[str, float] = {}
 
     @classmethod
     def from_file(cls, path: Path) -> GroupTokens:
@@ -245,6 +246,32 @@ class GroupTokens:
                 return  # nothing known, nothing to remember (made-up ids stay out)
             self._remember(group_id, token or None)
 
+    def log_refusal(self, group_id: str) -> None:
+        """Say why a presented token was refused (never the token): once per group and
+        ``refetch_interval_s`` at most, so that a stranger's guesses cannot flood the log."""
+        now = self._clock()
+        with self._lock:
+            if now - self._refusals_logged.get(group_id, -math.inf) < self._refetch_interval_s:
+                return
+            if len(self._refusals_logged) > 10_000:
+                self._refusals_logged.clear()
+            self._refusals_logged[group_id] = now
+            known = self._known.get(group_id)
+        asked = self._asked.get(group_id)
+        view = (
+            "no token is known for the group"
+            if known is None or known.token is None
+            else f"it is not the group's token (known for {now - known.at:.1f}s)"
+        )
+        source = (
+            "no source to ask"
+            if self.source is None
+            else "the source was never asked"
+            if asked is None
+            else f"the source was last asked {now - asked:.1f}s ago"
+        )
+        logger.warning("refused a token for group %r: %s; %s", group_id, view, source)
+
     def _remember(self, group_id: str, token: str | None) -> None:
         """Record ``token`` (under the lock): the known entries are ordered by their writes."""
         self._writes += 1
@@ -267,6 +294,12 @@ async def authenticate(store: TokenStore, group_id: str, presented: str | None) 
     """``authorize``, after fetching the group's token if the store can and needs to."""
     if presented is not None and isinstance(store, GroupTokens):
         await store.fetch_if_needed(group_id, presented)
+        try:
+            authorize(store, group_id, presented)
+        except errors.GroupAuthorizationFailed:
+            store.log_refusal(group_id)
+            raise
+        return
     authorize(store, group_id, presented)
 
 

@@ -17,7 +17,10 @@ members that heartbeat during an operator restart wait instead of failing.
 since, on a replica that neither reconciled nor coordinated it, has its token read on demand
 the same way (the ConsumerGroups naming the id, their owner, its Secret). The list of
 ConsumerGroups is shared by the lookups of one moment (read at most once per
-``list_interval_s``), and Secrets are read a few at a time.
+``list_interval_s``), and Secrets are read a few at a time. A group id missing from a list
+begun before the lookup is looked up again in the next list: the group may have been created
+a moment ago, its pods already presenting its token (a replica once refused a new group's
+first member so, from another group's list of a second before).
 """
 
 from __future__ import annotations
@@ -240,8 +243,12 @@ class TokenLookup:
         self._listed_at = -math.inf
 
     async def __call__(self, group_id: str) -> str | None:
+        asked_at = self._clock()
         try:
             claiming = (await self._claimants()).get(group_id, [])
+            if not claiming and self._listed_at < asked_at:
+                # Only a list begun after the lookup tells that nobody names the id.
+                claiming = (await self._claimants(begun_after=asked_at)).get(group_id, [])
             if not claiming:
                 return None
             owner = None
@@ -266,10 +273,21 @@ class TokenLookup:
                 ) from error
             raise
 
-    async def _claimants(self) -> dict[str, list[Mapping[str, Any]]]:
+    async def _claimants(
+        self, begun_after: float = -math.inf
+    ) -> dict[str, list[Mapping[str, Any]]]:
         """Group id -> the ConsumerGroups naming it, listed at most once per interval (the
-        lookups of one moment share one list)."""
+        lookups of one moment share one list); from a list begun at ``begun_after`` or later,
+        waited for when the interval does not allow one yet."""
         listing = self._listing
+        if listing is not None and self._listed_at < begun_after:
+            await asyncio.wait([listing])  # its outcome is its own waiters' to see
+            delay = self._listed_at + self._list_interval_s - self._clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            listing = self._listing  # another lookup may have begun the next one meanwhile
+            if listing is not None and self._listed_at < begun_after:
+                listing = None
         if listing is None or (
             listing.done() and self._clock() - self._listed_at >= self._list_interval_s
         ):
