@@ -19,8 +19,7 @@ the same way (the ConsumerGroups naming the id, their owner, its Secret). The li
 ConsumerGroups is shared by the lookups of one moment (read at most once per
 ``list_interval_s``), and Secrets are read a few at a time. A group id missing from a list
 begun before the lookup is looked up again in the next list: the group may have been created
-a moment ago, its pods already presenting its token (a replica once refused a new group's
-first member so, from another group's list of a second before).
+a moment ago, its pods already presenting its token, and a refusal is fatal to a member.
 """
 
 from __future__ import annotations
