@@ -410,8 +410,7 @@ async def stable_with(
 # A kafka-python member in its own process, so that it can be killed like a pod.
 STATIC_CONSUMER = """
 import sys
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import RebalanceInProgressError as KafkaRebalanceInProgressError
+from kafka import KafkaConsumer
 port, group, topic, instance, session = sys.argv[1:]
 consumer = KafkaConsumer(
     bootstrap_servers=f"127.0.0.1:{port}", group_id=group, group_instance_id=instance or None,
