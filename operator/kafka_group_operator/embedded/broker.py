@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -38,11 +39,46 @@ class Broker(Protocol):
     def stop(self) -> None: ...
 
 
+# Where the kernel takes the local ports of outgoing connections (Linux's default when it
+# cannot be read). A port found by binding to 0 comes from this range, and until its listener
+# binds it, any outgoing connection on the machine may take it as its own local port and
+# keep it for as long as it lives: a listener then fails with "address already in use" for
+# minutes. Listeners' ports are picked outside it.
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL = (32768, 60999)
+LOWEST_PICKED = 10000
+_pick = random.SystemRandom()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(field) for field in EPHEMERAL_PORTS.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return low, high
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, outside the ephemeral range when there is room."""
+    low, high = _ephemeral_range()
+    outside = [
+        (start, stop)
+        for start, stop in ((LOWEST_PICKED, low), (high + 1, 65536))
+        if stop - start >= 1000
+    ]
+    for _ in range(100 if outside else 0):
+        start, stop = _pick.choice(outside)
+        port = _pick.randrange(start, stop)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        found: int = sock.getsockname()[1]
+        return found
 
 
 def tansu_binary() -> Path:
