@@ -4,7 +4,6 @@ one line and exit 2."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from kafka_group_operator.embedded import broker as embedded
 from tests.cli.conftest import ROOT, kgo
 from tests.runtime import logs
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_a_metrics_port_out_of_range_is_one_line_and_exit_2() -> None:
@@ -37,7 +29,7 @@ def test_a_metrics_port_out_of_range_is_one_line_and_exit_2() -> None:
 def test_a_running_coordinator_serves_metrics_with_its_cluster_name(
     broker: embedded.EmbeddedBroker,
 ) -> None:
-    api_port, metrics_port = _free_port(), _free_port()
+    api_port, metrics_port = embedded.free_port(), embedded.free_port()
     argv = [
         *("coordinator", "--bootstrap", broker.bootstrap, "--topic", logs.unique_topic()),
         *("--state-partitions", "2", "--port", str(api_port)),

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from kafka_group_operator.embedded.broker import free_port
 from kafka_group_operator.protocol import gateway as protocol_gateway
 from kafka_group_operator.runtime import coordinator_runtime
 from tests.support import client_scenario, java, kafka_node, topics
@@ -296,15 +297,6 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def test_kafka_connect_worker_pair(
     kafka: str,
     kafka_gateway: protocol_gateway.Gateway,
@@ -318,7 +310,7 @@ async def test_kafka_connect_worker_pair(
     ports: dict[str, int] = {}
 
     def worker(name: str) -> subprocess.Popen[bytes]:
-        ports.setdefault(name, _free_port())
+        ports.setdefault(name, free_port())
         settings = {
             "bootstrap.servers": f"127.0.0.1:{kafka_gateway.port}",
             "group.id": cluster,

@@ -9,7 +9,6 @@ StorageTool, then ``kafka.Kafka`` with a small heap.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,14 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kafka_group_operator.embedded.broker import free_port
 from tests.support import java
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _properties(port: int, controller_port: int, data: Path) -> str:
@@ -60,7 +53,7 @@ def _properties(port: int, controller_port: int, data: Path) -> str:
 def running_kafka(timeout_s: float = 120.0) -> Iterator[str]:
     """A started node; yields its bootstrap address. Stopped (killed) on exit."""
     directory = Path(tempfile.mkdtemp(prefix="kafka-node-"))
-    port, controller_port = _free_port(), _free_port()
+    port, controller_port = free_port(), free_port()
     config = directory / "server.properties"
     config.write_text(_properties(port, controller_port, directory / "data"))
     (directory / "log4j2.properties").write_text(
