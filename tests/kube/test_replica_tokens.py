@@ -18,6 +18,7 @@ again on the two that are left.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -353,6 +354,10 @@ async def test_the_lookup_reads_the_owners_secret(kmock: kube.ApiServer) -> None
         await _resource(kmock, "shop", "late")
         assert await fresh("shop.late") == "token-of-shop-late"
         assert lists() == 4
+        # Made-up ids at once, inside the interval: each waits, and one list answers them all.
+        made_up = await asyncio.gather(*(fresh(f"made-up-{n}") for n in range(5)))
+        assert made_up == [None] * 5
+        assert lists() == 5
         # Secrets it may not read: no token (the reconciliation reports the missing right).
         kmock.reject("v1/secrets", 403, "forbidden", action="fetch")
         assert await lookup("shop.orders") is None
