@@ -277,3 +277,17 @@ async def test_a_refusal_is_logged_once_per_interval_and_never_shows_a_token(
         "the source was last asked 0.0s ago",
     ]
     assert not any("guess" in r or "token-g" in r for r in refusals)
+
+
+async def test_a_refusal_of_a_huge_group_id_logs_it_cut_short(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = _fetching_store(_Source({}), _Clock())
+    huge = "g" * 100_000 + "\udcff"
+    with (
+        caplog.at_level(logging.WARNING, logger=tokens.__name__),
+        pytest.raises(errors.GroupAuthorizationFailed),
+    ):
+        await tokens.authenticate(store, huge, "a-guess")
+    (line,) = [r.getMessage() for r in caplog.records if "refused a token" in r.getMessage()]
+    assert len(line) < 400

@@ -61,6 +61,8 @@ from kafka_group_operator.coordinator import errors
 TOKEN_PREFIX = "kgo_"
 # A group's token is fetched from the store's source at most this often.
 REFETCH_INTERVAL_S = 1.0
+# How much of a group id a refusal's log line shows.
+LOGGED_GROUP_ID_CHARS = 200
 # A fetched token is refreshed (in the background, while it matches) once this old.
 FETCHED_TTL_S = 60.0
 
@@ -250,12 +252,14 @@ class GroupTokens:
         """Say why a presented token was refused (never the token): once per group and
         ``refetch_interval_s`` at most, so that a stranger's guesses cannot flood the log."""
         now = self._clock()
+        # A stranger's group id may be as long as a frame allows: logged and kept cut short.
+        shown = group_id[:LOGGED_GROUP_ID_CHARS]
         with self._lock:
-            if now - self._refusals_logged.get(group_id, -math.inf) < self._refetch_interval_s:
+            if now - self._refusals_logged.get(shown, -math.inf) < self._refetch_interval_s:
                 return
             if len(self._refusals_logged) > 10_000:
                 self._refusals_logged.clear()
-            self._refusals_logged[group_id] = now
+            self._refusals_logged[shown] = now
             known = self._known.get(group_id)
         asked = self._asked.get(group_id)
         view = (
@@ -270,7 +274,7 @@ class GroupTokens:
             if asked is None
             else f"the source was last asked {now - asked:.1f}s ago"
         )
-        logger.warning("refused a token for group %r: %s; %s", group_id, view, source)
+        logger.warning("refused a token for group %r: %s; %s", shown, view, source)
 
     def _remember(self, group_id: str, token: str | None) -> None:
         """Record ``token`` (under the lock): the known entries are ordered by their writes."""
