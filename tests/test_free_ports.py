@@ -27,4 +27,5 @@ def test_free_ports_are_outside_the_ephemeral_range_and_free() -> None:
 
 def test_an_unreadable_range_is_linux_s_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(broker, "EPHEMERAL_PORTS", Path("/nonexistent/ip_local_port_range"))
-    assert broker._ephemeral_range() == broker.DEFAULT_EPHEMERAL
+    # Linux's own default (Documentation/networking/ip-sysctl.rst: ip_local_port_range).
+    assert broker._ephemeral_range() == (32768, 60999)
