@@ -146,8 +146,11 @@ def test_coordinator_restarts_fail_no_member_and_move_no_partition(
             assert time.monotonic() < deadline, "the members never journaled their assignment"
             time.sleep(0.05)
         since = time.time()
+        outages: list[float] = []
         for _ in range(RESTARTS):
+            killed = time.monotonic()
             restart_coordinator(group, service)
+            outages.append(round(time.monotonic() - killed, 2))
             group.wait_settled({"member-0", "member-1"}, timeout=30)
             assert group.ownership() == before
         for instance, process in group.members.items():
@@ -157,10 +160,19 @@ def test_coordinator_restarts_fail_no_member_and_move_no_partition(
                 for event in demo.Journal.read(group.journal_path(instance)).events
                 if event["t"] >= since and event["e"] in ("start", "lost", "revoked", "assigned")
             ]
-            assert changes == [], f"{instance}: {changes}"
+            assert changes == [], f"{instance}: {changes}; restarts took {outages} s; " + (
+                _log_tail(group, instance)
+            )
     finally:
         group.stop_members(sorted(group.members))
         service.close()
+
+
+def _log_tail(group: demo.LocalGroup, instance: str) -> str:
+    """The end of the member's log (its warnings): why it dropped partitions, stale or fenced."""
+    log = group.directory / f"{instance}.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return "its log ends:\n" + "\n".join(lines[-30:])
 
 
 def _journal_owned(group: demo.LocalGroup, instance: str) -> frozenset[tuple[str, int]]:

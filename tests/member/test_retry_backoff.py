@@ -1,13 +1,13 @@
-"""The heartbeat's retry backoff: a moving or loading coordinator is retried at least once a
-second (Kafka's ``retry.backoff.max.ms``), other retriable errors back off to five seconds,
-and every delay is jittered."""
+"""The heartbeat's retry backoff: a moving, loading or unreachable coordinator is retried at
+least once a second (Kafka's ``retry.backoff.max.ms``), other retriable errors back off to
+five seconds, and every delay is jittered."""
 
 from __future__ import annotations
 
 import pytest
 
 from kafka_group_operator.coordinator import errors
-from kafka_group_operator.member import group_member
+from kafka_group_operator.member import client, group_member
 
 
 def _delays(error: errors.CoordinatorError, retries: int) -> list[float]:
@@ -19,7 +19,14 @@ def _delays(error: errors.CoordinatorError, retries: int) -> list[float]:
 
 
 @pytest.mark.parametrize(
-    "error", [errors.NotCoordinator("moved"), errors.CoordinatorLoadInProgress("loading")]
+    "error",
+    [
+        errors.NotCoordinator("moved"),
+        errors.CoordinatorLoadInProgress("loading"),
+        # Its pod restarting or gone: refused, or reset with the request maybe sent.
+        client.CoordinatorUnreachable("connection refused", unsent=True),
+        client.CoordinatorUnreachable("connection reset"),
+    ],
 )
 def test_a_moving_coordinator_is_retried_at_least_once_a_second(
     error: errors.CoordinatorError,
@@ -33,8 +40,14 @@ def test_a_moving_coordinator_is_retried_at_least_once_a_second(
     assert sum(delays[:8]) <= 1.2 * 5.5
 
 
-def test_other_retriable_errors_back_off_to_five_seconds() -> None:
-    delays = _delays(errors.CoordinatorNotAvailable("down"), 12)
+@pytest.mark.parametrize(
+    "error",
+    # COORDINATOR_NOT_AVAILABLE answered by a coordinator that runs: its state partition's
+    # brokers are down, which may last.
+    [errors.CoordinatorNotAvailable("down"), errors.RequestTimedOut("slow")],
+)
+def test_other_retriable_errors_back_off_to_five_seconds(error: errors.CoordinatorError) -> None:
+    delays = _delays(error, 12)
     assert max(delays) > 4
     assert all(delay <= 6 for delay in delays)
 

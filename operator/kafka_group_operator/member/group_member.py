@@ -122,12 +122,16 @@ BACKOFF_INITIAL_S = 0.1
 FOLD_INTERVAL_S = 0.1
 BACKOFF_MAX_S = 5.0
 # NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS say that a group's coordinator is moving or
-# loading, which ends within seconds (a Lease's expiry and a load): retried at most this far
-# apart (Kafka's default retry.backoff.max.ms, KIP-580), a member reaches the new coordinator
-# within about a second of its serving, where BACKOFF_MAX_S would leave it up to five.
+# loading, and no answer at all that its pod is restarting or gone (a crash, a drained node,
+# the Service between endpoints), which ends within seconds (a restart or a Lease's expiry,
+# and a load): retried at most this far apart (Kafka's default retry.backoff.max.ms, KIP-580;
+# Kafka's consumer rediscovers a coordinator it was disconnected from on that backoff too), a
+# member reaches the new coordinator within about a second of its serving, where BACKOFF_MAX_S
+# would leave it up to five (and a restart well within lost_after_ms could then outlast it).
 COORDINATOR_MOVING_ERRORS: tuple[type[errors.CoordinatorError], ...] = (
     errors.NotCoordinator,
     errors.CoordinatorLoadInProgress,
+    client.CoordinatorUnreachable,
 )
 COORDINATOR_MOVING_BACKOFF_MAX_S = 1.0
 
