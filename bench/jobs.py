@@ -40,6 +40,15 @@ both loads; it replaces the ``loader`` figures of the largest run in the existin
 ``--first-record-only`` runs only the class archive and time-to-first-record parts and
 replaces them.
 
+``--spark-application-only``: the snapshot job as an OffsetSnapshot's SparkApplication runs it
+(``bench.spark_application``: the application the operator builds, its driver's
+``spark-submit`` in client mode, the image's JVM flags, on ``local[2]``), from a class archive
+recorded as the jobs image records it (``python -m kafka_group_jobs.warmup``), against the
+jobs' local path (``python -m``, its own archive), alternating, at 20k records and at each
+size (``--sizes``; 1M by default). A first run with ``-Xshare:on`` in place of the image's
+``-Xshare:auto`` shows that the application's JVM maps the archive (it would refuse to start
+otherwise). Writes ``bench/results/jobs-spark-application.json``.
+
 Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records,
 ``--sizes=N,N,...`` any sizes; ``--no-warm`` leaves the warm runs out. ``--snapshot-only``
 runs the snapshot job and its two peers only (plus the class archive and first-record parts);
@@ -653,6 +662,124 @@ def first_record_only() -> int:
     return 0
 
 
+SPARK_APPLICATION_RESULTS = RESULTS.with_name("jobs-spark-application.json")
+
+
+def run_spark_application(
+    bootstrap: str, topic: str, output: str, archive: Path, jvm_share: str = "-Xshare:auto"
+) -> tuple[float, dict[str, Any]]:
+    """The snapshot of ``topic`` as its OffsetSnapshot's SparkApplication runs it; the
+    manifest it leaves at ``output`` is its result."""
+    from bench import spark_application
+    from kafka_group_operator.jobs import runner, runs
+    from kafka_group_operator.manifests import spark_application as spark_manifests
+
+    owner = {
+        "apiVersion": "kafkagroups.io/v1alpha1",
+        "kind": "OffsetSnapshot",
+        "metadata": {"name": "bench", "namespace": "bench", "uid": output},
+        "spec": {"consumerGroupRef": {"name": GROUP}, "storage": {"uri": output}},
+    }
+    run = runs.snapshot_run(owner, 1, bootstrap, topic, GROUP)
+    application = runner.build_application(
+        run, spark_manifests.SparkSettings(image="kafka-group-jobs")
+    )
+    command = spark_application.submit_command(application, class_archive=archive)
+    command = [part.replace("-Xshare:auto", jvm_share) for part in command]
+    started = time.perf_counter()
+    done = subprocess.run(
+        command,
+        env=spark_application.driver_environment(application, {}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"the SparkApplication run failed:\n{done.stdout[-3000:]}")
+    manifest = runner.read_result(run.result_uri)
+    if manifest is None:
+        raise RuntimeError(f"the SparkApplication run left no manifest:\n{done.stdout[-3000:]}")
+    return elapsed, manifest
+
+
+def spark_application_only(sizes: tuple[int, ...], rounds: int = 3) -> int:
+    """The snapshot as a SparkApplication's driver runs it, against the local path."""
+    with (
+        embedded.running_broker() as broker,
+        tempfile.TemporaryDirectory() as work_dir,
+        fresh_class_archive(Path(work_dir)),
+    ):
+        work = Path(work_dir)
+        image_archive = work / "image-spark-classes.jsa"
+        started = time.perf_counter()
+        # As the image's build runs it (Dockerfile).
+        recorded = subprocess.run(
+            [sys.executable, "-m", "kafka_group_jobs.warmup", str(image_archive)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if recorded.returncode != 0 or not image_archive.is_file():
+            raise RuntimeError(f"the warm-up recorded no class archive:\n{recorded.stderr[-3000:]}")
+        warmup_s = time.perf_counter() - started
+        fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
+        record_class_archive(broker.bootstrap, "bench-jobs-first-record", work)
+        # Refused to start unless the application's JVM maps the image's archive.
+        run_spark_application(
+            broker.bootstrap,
+            "bench-jobs-first-record",
+            (work / "sa-share-on").as_uri(),
+            image_archive,
+            "-Xshare:on",
+        )
+        measured = []
+        for size in (20_000, *sizes):
+            topic = "bench-jobs-first-record" if size == 20_000 else f"bench-jobs-{size}"
+            if size != 20_000:
+                fill(broker.bootstrap, topic, size)
+            local_s: list[float] = []
+            application_s: list[float] = []
+            for turn in range(rounds):
+                local_s.append(
+                    run_job(
+                        "snapshot",
+                        [
+                            *("--bootstrap", broker.bootstrap, "--topic", topic),
+                            *("--group", GROUP, "--output", f"file://{work}/l-{size}-{turn}"),
+                        ],
+                    )[0]
+                )
+                elapsed, manifest = run_spark_application(
+                    broker.bootstrap, topic, (work / f"a-{size}-{turn}").as_uri(), image_archive
+                )
+                application_s.append(elapsed)
+            figures = {
+                "records": size,
+                "live_keys": manifest["records"],
+                "local_path_s": [round(s, 2) for s in local_s],
+                "spark_application_s": [round(s, 2) for s in application_s],
+                "ratio_of_medians": round(
+                    sorted(application_s)[len(application_s) // 2]
+                    / sorted(local_s)[len(local_s) // 2],
+                    2,
+                ),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+            }
+            print(json.dumps(figures), flush=True)
+            measured.append(figures)
+    summary = {
+        "benchmark": "jobs --spark-application-only",
+        "master": "local[2]",
+        "warmup_s": round(warmup_s, 2),
+        "archive_mapped_with_xshare_on": True,
+        "runs": measured,
+        "cpus": os.cpu_count(),
+    }
+    SPARK_APPLICATION_RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
 def chosen_sizes(argv: list[str]) -> tuple[int, ...]:
     for arg in argv:
         if arg.startswith("--sizes="):
@@ -666,6 +793,9 @@ def main(argv: list[str]) -> int:
         return loader_only(sizes[-1])
     if "--first-record-only" in argv:
         return first_record_only()
+    if "--spark-application-only" in argv:
+        explicit = any(arg.startswith("--sizes=") for arg in argv)
+        return spark_application_only(sizes if explicit else (1_000_000,))
     snapshot_only = "--snapshot-only" in argv
     merge = "--merge" in argv
     runs = []

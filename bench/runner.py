@@ -135,6 +135,10 @@ LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
         ),
         LegacyOption("--loader-only", "only the checkpoint loader, at the largest size"),
         LegacyOption("--first-record-only", "only the time to the first record"),
+        LegacyOption(
+            "--spark-application-only",
+            "only the snapshot as its SparkApplication's driver runs it, against the local path",
+        ),
         LegacyOption("--no-loader", "skip the checkpoint loader"),
         LegacyOption("--no-warm", "skip the runs in an already running Spark session"),
         LegacyOption("--snapshot-only", "only the snapshot and its two peers"),

@@ -13,8 +13,9 @@ import pytest
 from bench import runner
 
 BENCH = Path(runner.__file__).parent
-# spark_kafka: the jobs benchmark's second peer, run by it.
-NOT_BENCHMARKS = {"__init__", "__main__", "runner", "spark_kafka"}
+# spark_kafka: the jobs benchmark's second peer, run by it; spark_application: how it runs a
+# SparkApplication locally.
+NOT_BENCHMARKS = {"__init__", "__main__", "runner", "spark_kafka", "spark_application"}
 
 
 def test_every_benchmark_module_is_known_and_every_known_one_exists() -> None:
