@@ -7,6 +7,9 @@ The other job tests call the jobs' ``main`` or ``python -m``; this is the only o
 what a SparkApplication names: the job module as a script, its arguments with no ``--json``
 (the result is the manifest at the location), the image's JVM flags with its class archive
 missing, and the group's token taken from the Secret the driver's ``env`` refers to.
+
+On Apache Kafka only: what is tested is the application's shape; the job's reading on both
+brokers is ``test_jobs_on_broker``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pyspark.sql import SparkSession
 from bench import spark_application as local_submit
 from kafka_group_jobs import snapshot
 from kafka_group_operator.commands import demo
-from kafka_group_operator.embedded import broker as embedded
+from kafka_group_operator.embedded import kafka
 from kafka_group_operator.jobs import runner, runs
 from kafka_group_operator.manifests import spark_application as spark_manifests
 
@@ -41,13 +44,13 @@ def offset_snapshot(location: Path) -> dict[str, object]:
 
 
 def test_an_offset_snapshot_s_spark_application_runs_and_matches_the_coordinator(
-    broker: embedded.EmbeddedBroker, tmp_path: Path, spark: SparkSession
+    kafka_broker: kafka.KafkaCluster, tmp_path: Path, spark: SparkSession
 ) -> None:
     (tmp_path / "group").mkdir()
     group = demo.LocalGroup(
         group="payments-sa", topic="payments-sa", partitions=3, directory=tmp_path / "group"
     )
-    group.start(broker)
+    group.start(kafka_broker)
     try:
         assert group.broker is not None
         producer = demo.Producer(group.broker.bootstrap, group.topic, group.partitions, rate=200)
