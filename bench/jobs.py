@@ -236,9 +236,21 @@ def peer_compaction(bootstrap: str, topic: str, output: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the jobs
 
 
-def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
+def timed_process(
+    command: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """``command``'s wall time and its output; ``RuntimeError`` naming ``what`` if it failed."""
     started = time.perf_counter()
-    done = subprocess.run(
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env, cwd=cwd)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        # Under spark-submit a Python job's stderr is merged into its stdout.
+        raise RuntimeError(f"{what} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return elapsed, done
+
+
+def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
+    elapsed, done = timed_process(
         [
             sys.executable,
             "-m",
@@ -248,13 +260,8 @@ def run_job(job: str, arguments: list[str]) -> tuple[float, dict[str, Any]]:
             "local[2]",
             "--json",
         ],
-        capture_output=True,
-        text=True,
-        check=False,
+        job,
     )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{job} failed:\n{done.stderr[-3000:]}")
     result = results.parse_result(done.stdout)
     if result is None:
         raise RuntimeError(f"{job} printed no result line:\n{done.stdout[-3000:]}")
@@ -269,17 +276,11 @@ def run_spark_kafka(arguments: list[str]) -> tuple[float, dict[str, Any]]:
     from bench import spark_kafka
 
     spark_kafka.jars(pyspark.__version__)
-    started = time.perf_counter()
-    done = subprocess.run(
+    elapsed, done = timed_process(
         [sys.executable, "-m", "bench.spark_kafka", *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
+        "the Spark Kafka source peer",
         cwd=Path(__file__).parent.parent,
     )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the Spark Kafka source peer failed:\n{done.stderr[-3000:]}")
     result = results.parse_result(done.stdout)
     if result is None:
         raise RuntimeError(f"the Spark Kafka source peer printed no result:\n{done.stdout[-3000:]}")
@@ -686,17 +687,11 @@ def run_spark_application(
     )
     command = spark_application.submit_command(application, class_archive=archive)
     command = [part.replace("-Xshare:auto", jvm_share) for part in command]
-    started = time.perf_counter()
-    done = subprocess.run(
+    elapsed, done = timed_process(
         command,
+        "the SparkApplication run",
         env=spark_application.driver_environment(application, {}),
-        capture_output=True,
-        text=True,
-        check=False,
     )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the SparkApplication run failed:\n{done.stdout[-3000:]}")
     manifest = runner.read_result(run.result_uri)
     if manifest is None:
         raise RuntimeError(f"the SparkApplication run left no manifest:\n{done.stdout[-3000:]}")
@@ -712,17 +707,12 @@ def spark_application_only(sizes: tuple[int, ...], rounds: int = 3) -> int:
     ):
         work = Path(work_dir)
         image_archive = work / "image-spark-classes.jsa"
-        started = time.perf_counter()
         # As the image's build runs it (Dockerfile).
-        recorded = subprocess.run(
-            [sys.executable, "-m", "kafka_group_jobs.warmup", str(image_archive)],
-            capture_output=True,
-            text=True,
-            check=False,
+        warmup_s, _ = timed_process(
+            [sys.executable, "-m", "kafka_group_jobs.warmup", str(image_archive)], "the warm-up"
         )
-        if recorded.returncode != 0 or not image_archive.is_file():
-            raise RuntimeError(f"the warm-up recorded no class archive:\n{recorded.stderr[-3000:]}")
-        warmup_s = time.perf_counter() - started
+        if not image_archive.is_file():
+            raise RuntimeError("the warm-up recorded no class archive")
         fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
         record_class_archive(broker.bootstrap, "bench-jobs-first-record", work)
         # Refused to start unless the application's JVM maps the image's archive.
