@@ -42,12 +42,14 @@ replaces them.
 
 ``--spark-application-only``: the snapshot job as an OffsetSnapshot's SparkApplication runs it
 (``bench.spark_application``: the application the operator builds, its driver's
-``spark-submit`` in client mode, the image's JVM flags, on ``local[2]``), from a class archive
-recorded as the jobs image records it (``python -m kafka_group_jobs.warmup``), against the
-jobs' local path (``python -m``, its own archive), alternating, at 20k records and at each
-size (``--sizes``; 1M by default). A first run with ``-Xshare:on`` in place of the image's
-``-Xshare:auto`` shows that the application's JVM maps the archive (it would refuse to start
-otherwise). Writes ``bench/results/jobs-spark-application.json``.
+``spark-submit`` in client mode, the image's JVM flags, on ``local[2]``), on Spark laid out
+as the jobs image lays it out (without the distribution's Python zips) and as the
+distribution does, each from a class archive recorded as the jobs image records it
+(``python -m kafka_group_jobs.warmup``), against the jobs' local path (``python -m``, its own
+archive), alternating, at 20k records and at each size (``--sizes``; 1M by default). A first
+run of each layout with ``-Xshare:on`` in place of the image's ``-Xshare:auto`` shows that the
+application's JVM maps the archive (it would refuse to start otherwise). Writes
+``bench/results/jobs-spark-application.json``.
 
 Writes ``bench/results/jobs.json``. ``--quick`` uses 50k/100k/200k records,
 ``--sizes=N,N,...`` any sizes; ``--no-warm`` leaves the warm runs out. ``--snapshot-only``
@@ -667,10 +669,15 @@ SPARK_APPLICATION_RESULTS = RESULTS.with_name("jobs-spark-application.json")
 
 
 def run_spark_application(
-    bootstrap: str, topic: str, output: str, archive: Path, jvm_share: str = "-Xshare:auto"
+    bootstrap: str,
+    topic: str,
+    output: str,
+    archive: Path,
+    home: Path,
+    jvm_share: str = "-Xshare:auto",
 ) -> tuple[float, dict[str, Any]]:
-    """The snapshot of ``topic`` as its OffsetSnapshot's SparkApplication runs it; the
-    manifest it leaves at ``output`` is its result."""
+    """The snapshot of ``topic`` as its OffsetSnapshot's SparkApplication runs it, on the
+    Spark at ``home``; the manifest it leaves at ``output`` is its result."""
     from bench import spark_application
     from kafka_group_operator.jobs import runner, runs
     from kafka_group_operator.manifests import spark_application as spark_manifests
@@ -685,12 +692,12 @@ def run_spark_application(
     application = runner.build_application(
         run, spark_manifests.SparkSettings(image="kafka-group-jobs")
     )
-    command = spark_application.submit_command(application, class_archive=archive)
+    command = spark_application.submit_command(application, class_archive=archive, home=home)
     command = [part.replace("-Xshare:auto", jvm_share) for part in command]
     elapsed, done = timed_process(
         command,
         "the SparkApplication run",
-        env=spark_application.driver_environment(application, {}),
+        env=spark_application.driver_environment(application, {}, home=home),
     )
     manifest = runner.read_result(run.result_uri)
     if manifest is None:
@@ -698,61 +705,96 @@ def run_spark_application(
     return elapsed, manifest
 
 
+def record_image_archive(home: Path, archive: Path) -> float:
+    """The class archive of the Spark at ``home``, recorded as the image's build records it
+    (Dockerfile: ``python -m kafka_group_jobs.warmup``); how long that took."""
+    elapsed, _ = timed_process(
+        [sys.executable, "-m", "kafka_group_jobs.warmup", str(archive)],
+        "the warm-up",
+        env={**os.environ, "SPARK_HOME": str(home)},
+    )
+    if not archive.is_file():
+        raise RuntimeError("the warm-up recorded no class archive")
+    return elapsed
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def spark_application_only(sizes: tuple[int, ...], rounds: int = 3) -> int:
-    """The snapshot as a SparkApplication's driver runs it, against the local path."""
+    """The snapshot as a SparkApplication's driver runs it, on Spark as the image lays it out
+    and as the distribution does, against the local path."""
+    from bench import spark_application
+
     with (
         embedded.running_broker() as broker,
         tempfile.TemporaryDirectory() as work_dir,
         fresh_class_archive(Path(work_dir)),
     ):
         work = Path(work_dir)
-        image_archive = work / "image-spark-classes.jsa"
-        # As the image's build runs it (Dockerfile).
-        warmup_s, _ = timed_process(
-            [sys.executable, "-m", "kafka_group_jobs.warmup", str(image_archive)], "the warm-up"
-        )
-        if not image_archive.is_file():
-            raise RuntimeError("the warm-up recorded no class archive")
+        # Each layout has its own archive: the JVM maps one only for the class path it was
+        # recorded with.
+        layouts = {
+            "image": spark_application.image_spark_home(work),
+            "distribution": spark_application.spark_home(),
+        }
+        archives = {name: work / f"{name}-spark-classes.jsa" for name in layouts}
+        warmup_s = {name: record_image_archive(layouts[name], archives[name]) for name in layouts}
         fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
         record_class_archive(broker.bootstrap, "bench-jobs-first-record", work)
-        # Refused to start unless the application's JVM maps the image's archive.
-        run_spark_application(
-            broker.bootstrap,
-            "bench-jobs-first-record",
-            (work / "sa-share-on").as_uri(),
-            image_archive,
-            "-Xshare:on",
-        )
+        for name, home in layouts.items():
+            # Refused to start unless the application's JVM maps the archive.
+            run_spark_application(
+                broker.bootstrap,
+                "bench-jobs-first-record",
+                (work / f"share-on-{name}").as_uri(),
+                archives[name],
+                home,
+                "-Xshare:on",
+            )
         measured = []
         for size in (20_000, *sizes):
             topic = "bench-jobs-first-record" if size == 20_000 else f"bench-jobs-{size}"
             if size != 20_000:
                 fill(broker.bootstrap, topic, size)
-            local_s: list[float] = []
-            application_s: list[float] = []
+            times: dict[str, list[float]] = {"local_path": [], "image": [], "distribution": []}
+            live_keys = set()
             for turn in range(rounds):
-                local_s.append(
-                    run_job(
-                        "snapshot",
-                        [
-                            *("--bootstrap", broker.bootstrap, "--topic", topic),
-                            *("--group", GROUP, "--output", f"file://{work}/l-{size}-{turn}"),
-                        ],
-                    )[0]
+                elapsed, result = run_job(
+                    "snapshot",
+                    [
+                        *("--bootstrap", broker.bootstrap, "--topic", topic),
+                        *("--group", GROUP, "--output", f"file://{work}/l-{size}-{turn}"),
+                    ],
                 )
-                elapsed, manifest = run_spark_application(
-                    broker.bootstrap, topic, (work / f"a-{size}-{turn}").as_uri(), image_archive
-                )
-                application_s.append(elapsed)
+                times["local_path"].append(elapsed)
+                live_keys.add(result["records"])
+                for name, home in layouts.items():
+                    elapsed, manifest = run_spark_application(
+                        broker.bootstrap,
+                        topic,
+                        (work / f"{name}-{size}-{turn}").as_uri(),
+                        archives[name],
+                        home,
+                    )
+                    times[name].append(elapsed)
+                    live_keys.add(manifest["records"])
+            if len(live_keys) != 1:
+                raise RuntimeError(f"the runs disagree on the live keys: {live_keys}")
             figures = {
                 "records": size,
-                "live_keys": manifest["records"],
-                "local_path_s": [round(s, 2) for s in local_s],
-                "spark_application_s": [round(s, 2) for s in application_s],
-                "ratio_of_medians": round(
-                    sorted(application_s)[len(application_s) // 2]
-                    / sorted(local_s)[len(local_s) // 2],
-                    2,
+                "live_keys": live_keys.pop(),
+                "local_path_s": [round(s, 2) for s in times["local_path"]],
+                "spark_application_image_layout_s": [round(s, 2) for s in times["image"]],
+                "spark_application_distribution_layout_s": [
+                    round(s, 2) for s in times["distribution"]
+                ],
+                "image_layout_vs_local_path": round(
+                    median(times["image"]) / median(times["local_path"]), 2
+                ),
+                "distribution_layout_vs_local_path": round(
+                    median(times["distribution"]) / median(times["local_path"]), 2
                 ),
                 "load_average_1m": round(os.getloadavg()[0], 2),
             }
@@ -761,7 +803,7 @@ def spark_application_only(sizes: tuple[int, ...], rounds: int = 3) -> int:
     summary = {
         "benchmark": "jobs --spark-application-only",
         "master": "local[2]",
-        "warmup_s": round(warmup_s, 2),
+        "warmup_s": {name: round(seconds, 2) for name, seconds in warmup_s.items()},
         "archive_mapped_with_xshare_on": True,
         "runs": measured,
         "cpus": os.cpu_count(),

@@ -10,8 +10,13 @@ the same application file (``local://`` paths of the jobs image mapped to this i
 included, with the image's class archive path mapped to a local one), in client mode. Only
 the master differs: executors are threads of the driver's JVM.
 
+Spark can be laid out as the jobs image lays it out (``image_spark_home``): without the
+distribution's Python zips, which the Dockerfile removes so that drivers and workers import
+the installed, compiled pyspark.
+
 What it shows: that the application the operator builds runs (its file, its arguments,
-its settings) and what its settings cost against the jobs' own local path (``bench.jobs``).
+its settings, Spark as the image lays it out) and what its settings cost against the jobs'
+own local path (``bench.jobs``).
 """
 
 from __future__ import annotations
@@ -30,9 +35,21 @@ from kafka_group_operator.manifests import spark_application
 LOCAL_SCHEME = "local://"
 
 
-def spark_submit() -> Path:
-    """The ``spark-submit`` of this pyspark install."""
-    return Path(pyspark.__file__).parent / "bin" / "spark-submit"
+def spark_home() -> Path:
+    """The Spark of this pyspark install."""
+    return Path(pyspark.__file__).parent
+
+
+def image_spark_home(directory: Path) -> Path:
+    """This install's Spark as the jobs image lays it out: everything but ``python/`` (the
+    distribution's ``pyspark.zip`` and py4j's zip, which the Dockerfile removes), as symbolic
+    links in ``directory``."""
+    view = directory / "spark-home"
+    view.mkdir(parents=True)
+    for entry in spark_home().iterdir():
+        if entry.name != "python":
+            (view / entry.name).symlink_to(entry)
+    return view
 
 
 def local_file(uri: str, jobs_path: str) -> str:
@@ -52,8 +69,11 @@ def submit_command(
     master: str = "local[2]",
     class_archive: Path | None = None,
     jobs_path: str = spark_application.SparkSettings(image="").jobs_path,
+    home: Path | None = None,
 ) -> list[str]:
-    """The driver's ``spark-submit`` for ``application``, on ``master``.
+    """The driver's ``spark-submit`` for ``application``, on ``master``, from the Spark at
+    ``home`` (this install's by default; its environment must name the same, see
+    ``driver_environment``).
 
     ``class_archive``: the local file standing for the image's class archive (where
     ``kafka_group_jobs.warmup`` recorded one); the settings name the image's path, which
@@ -73,7 +93,7 @@ def submit_command(
     if "memory" in driver:
         conf["spark.driver.memory"] = str(driver["memory"])
     command = [
-        str(spark_submit()),
+        str((home or spark_home()) / "bin" / "spark-submit"),
         *("--master", master, "--deploy-mode", "client"),
         *("--name", str(application["metadata"]["name"])),
     ]
@@ -90,11 +110,15 @@ def driver_environment(
     application: Mapping[str, Any],
     secrets: Mapping[tuple[str, str], str],
     base: Mapping[str, str] | None = None,
+    home: Path | None = None,
 ) -> dict[str, str]:
     """The driver's environment: ``base`` (this process's), plus the application's driver
     ``env``, each ``secretKeyRef`` read from ``secrets`` by (Secret, key), as the kubelet would;
-    the job's Python workers run this interpreter, as the image's run its own."""
+    the job's Python workers run this interpreter, as the image's run its own. ``home``: the
+    Spark to run (``SPARK_HOME``, as the image sets it)."""
     environment = dict(os.environ if base is None else base)
+    if home is not None:
+        environment["SPARK_HOME"] = str(home)
     environment["PYSPARK_PYTHON"] = environment["PYSPARK_DRIVER_PYTHON"] = sys.executable
     for variable in (application["spec"].get("driver") or {}).get("env") or ():
         if "value" in variable:

@@ -139,3 +139,15 @@ def test_the_jobs_image_records_the_class_archive_spark_applications_start_from(
     # Recorded after the install (the jars it maps), before the image drops to Spark's user.
     assert jobs.index("pip install") < jobs.index("kafka_group_jobs.warmup") < jobs.index("USER")
     assert f"-XX:SharedArchiveFile={archive}" in spark_application.JVM_OPTIONS
+
+
+def test_the_jobs_image_drops_the_distributions_python_zips() -> None:
+    """Spark puts ``python/lib``'s zips first on every driver's and worker's path, and a zip
+    holds no compiled bytecode: the image imports the pip-installed pyspark of the same
+    release instead (tests/jobs/test_spark_application_run.py runs a job laid out so)."""
+    jobs = stage("jobs")
+    removal = "rm /opt/spark/python/lib/pyspark.zip /opt/spark/python/lib/py4j-*-src.zip"
+    assert removal in jobs
+    # Once the same release is installed, and before the warm-up records the class archive.
+    pinned = jobs.index('"pyspark==${SPARK_VERSION}"')
+    assert pinned < jobs.index(removal) < jobs.index("kafka_group_jobs.warmup")

@@ -6,7 +6,9 @@ master against a real broker and coordinator.
 The other job tests call the jobs' ``main`` or ``python -m``; this is the only one that runs
 what a SparkApplication names: the job module as a script, its arguments with no ``--json``
 (the result is the manifest at the location), the image's JVM flags with its class archive
-missing, and the group's token taken from the Secret the driver's ``env`` refers to.
+missing, the group's token taken from the Secret the driver's ``env`` refers to, and Spark
+laid out as the jobs image lays it out: without the distribution's Python zips (removed by
+the Dockerfile), so the driver and its Python workers import the installed pyspark.
 
 On Apache Kafka only: what is tested is the application's shape; the job's reading on both
 brokers is ``test_jobs_on_broker``'s.
@@ -80,10 +82,11 @@ def test_an_offset_snapshot_s_spark_application_runs_and_matches_the_coordinator
         )
         # The token reaches the driver by reference only.
         assert group.token not in json.dumps(application)
+        home = local_submit.image_spark_home(tmp_path)
         done = subprocess.run(
-            local_submit.submit_command(application),
+            local_submit.submit_command(application, home=home),
             env=local_submit.driver_environment(
-                application, {(token.secret, token.key): group.token}
+                application, {(token.secret, token.key): group.token}, home=home
             ),
             capture_output=True,
             text=True,
