@@ -45,7 +45,8 @@ COPY operator/ operator/
 # The distribution's own copies of it (python/lib/pyspark.zip and py4j's zip) go: Spark puts
 # them first on every driver's and Python worker's path, and a zip holds no compiled bytecode,
 # so each process would compile pyspark again (about 2 s a job, bench/README.md); the same
-# release installed by pip is compiled once, here. Spark skips path entries that are gone.
+# release installed by pip is compiled once, here. Spark still adds the two paths, unchecked
+# (only its YARN mode needs pyspark.zip), and Python skips a path that does not exist.
 RUN pip install --no-cache-dir '.[operator,spark]' "pyspark==${SPARK_VERSION}" \
     && rm /opt/spark/python/lib/pyspark.zip /opt/spark/python/lib/py4j-*-src.zip \
     && ln -s "$(python3 -c 'import kafka_group_jobs, os; print(os.path.dirname(kafka_group_jobs.__file__))')" \
