@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.coordinator import errors, messages
@@ -196,6 +196,70 @@ async def test_a_start_that_lost_lane_0_acknowledges_nothing_on_a_lane_it_won(
         assert _record(1) not in log
         assert _record(2) not in log
         assert sum(_record(offset) in log for offset in range(10, 20)) == 10 - failed
+
+
+class _FirstStartTimesOut:
+    """A lane's producer whose first start times out, as it does when the brokers are slow to
+    settle the older holder's transaction on that lane; resumed, it starts."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._producer = Producer(config)
+        self.timed_out = False
+
+    def init_transactions(self, timeout: float) -> None:
+        if not self.timed_out:
+            self.timed_out = True
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+        self._producer.init_transactions(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+async def test_a_start_that_cannot_fence_every_lane_writes_no_load_marker(
+    broker: embedded.EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new holder's start fences lane 0, but another lane does not start: the older holder's
+    next transaction, on that lane, would commit after the new holder's load marker, acknowledged
+    yet never loaded. So the start fails, and the marker comes only after every lane is
+    fenced: whatever the older holder committed meanwhile is before it."""
+    async with _writers(broker, 2) as (name, (older, newer)):
+        for offset in range(writer.LANES + 1):
+            await older.append(0, [_record(offset)])
+        assert older._producers[0]._last_lane == 0  # its next transaction is on lane 1
+        lane_1 = writer.transactional_id(name, 0, 1)
+        slow: list[_FirstStartTimesOut] = []
+
+        def producer(config: dict[str, Any]) -> Any:
+            if config.get("transactional.id") == lane_1 and not slow:
+                slow.append(_FirstStartTimesOut(config))
+                return slow[0]
+            return Producer(config)
+
+        monkeypatch.setattr(writer, "Producer", producer)
+        marker = codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(), records.LoadMarkerValue(newer.marker_nonce("load"), 0)
+            )
+        )
+        failures: list[runtime_errors.WriteFailed] = []
+        try:
+            at: int | None = await newer.append_marker(0, marker)
+        except runtime_errors.WriteFailed as failure:
+            failures.append(failure)
+            at = None
+        assert slow[0].timed_out
+        acknowledged = await older.append(0, [_record(50)])
+        if at is None:  # the start failed; the next one fences every lane
+            at = await newer.append_marker(0, marker)
+        # The load reads to its marker: whatever the older holder acknowledged is before it.
+        assert acknowledged < at
+        assert ["lane 1 did not start" in str(failure) for failure in failures] == [True]
+        with pytest.raises(runtime_errors.WriterFenced):
+            await older.append(0, [_record(51)])
+        log = logs.read_partition(broker.bootstrap, name, 0)
+        assert _record(51) not in log
+        assert log.count(marker) == 1
 
 
 async def test_a_fenced_writer_s_producer_ends_with_its_failure(
@@ -432,21 +496,25 @@ async def test_records_of_a_transaction_not_committed_are_never_loaded(
 # ----------------------------------------------------------------------- split brain
 
 
-@pytest.fixture
-def own_broker() -> Iterator[embedded.EmbeddedBroker]:
-    """A broker of the test's own. The session's broker keeps every transactional id and
-    idempotent producer the earlier tests used in one metadata document, which tansu rewrites
-    on each transactional write: late in a full run one transaction there takes hundreds of
-    milliseconds, and the short write timeout below would measure the earlier tests."""
+@pytest.fixture(params=("kafka", "tansu"))
+def own_broker(request: pytest.FixtureRequest) -> Iterator[embedded.Broker]:
+    """Apache Kafka: this worker's node. tansu: a broker of the test's own. The module's
+    tansu keeps every transactional id and idempotent producer the earlier tests used in one
+    metadata document, which it rewrites on each transactional write: late in the module one
+    transaction there takes hundreds of milliseconds, and the short write timeout below
+    would measure the earlier tests."""
+    if request.param == "kafka":
+        yield request.getfixturevalue("kafka_broker")
+        return
     with embedded.running_broker() as running:
         yield running
 
 
 async def test_a_second_coordinator_fences_the_first_and_no_acknowledged_commit_is_lost(
-    own_broker: embedded.EmbeddedBroker, caplog: pytest.LogCaptureFixture
+    own_broker: embedded.Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = own_broker
-    # This broker never answers a fenced producer's EndTxn (Kafka answers PRODUCER_FENCED):
+    # tansu never answers a fenced producer's EndTxn (Kafka answers PRODUCER_FENCED):
     # a commit caught between its records and its EndTxn by the second coordinator's start
     # times out instead, and the first must find the second's marker before it re-reads the
     # partition (which would fence the second back). Short timeouts keep that quick.

@@ -20,8 +20,10 @@ which fails, and it never uses the lane it won; the holder's write on that lane 
 can fence a writer for good (below); another lane's failure drops that lane alone, and when
 that lane was fenced the writer asks lane 0 at once (a check marker in a lane-0
 transaction), so that a writer that lost the partition says so at its first failed write.
-Every lane of an older holder is fenced before the new holder's load marker, so a load reads
-everything any lane of an older holder committed.
+Every lane of an older holder is fenced before the new holder's load marker (a start that
+cannot fence one fails, and the next start fences lane 0 again), so a load reads everything
+any lane of an older holder committed; once it holds the partition, a lane that fails to
+start again is left out for a while and lane 0 writes alone.
 
 Outcomes of an append:
 
@@ -286,7 +288,23 @@ class _PartitionProducer:
         # can never have fenced that one's other lanes after it verified them (see
         # ``transact``); what is written after this follows every older holder's commit on
         # any lane.
-        self._start_followers()
+        not_started = self._start_followers()
+        if not_started:
+            # An older holder's lane left unfenced could still commit after this start's
+            # marker: acknowledged there, yet not read by this load. The start fails; the
+            # next one fences lane 0 again and resumes the lane's start.
+            lane, failure = min(not_started.items())
+            producer, self._producer = self._producer, None
+            for started in list(self._followers):
+                self._drop_follower(started, in_doubt=False)
+            with contextlib.suppress(KafkaException):
+                producer.purge()
+                producer.flush(0)
+            del producer
+            raise errors.WriteFailed(
+                f"cannot start the state producer: lane {lane} did not start ({failure.str()})",
+                failure.name(),
+            )
         if marker is None:
             return after
         try:
@@ -296,11 +314,12 @@ class _PartitionProducer:
                 f"cannot write a marker: {error.args[0].str()}", "COORDINATOR_NOT_AVAILABLE"
             ) from error
 
-    def _start_followers(self) -> None:
+    def _start_followers(self) -> dict[int, KafkaError]:
         """Start (fence) every lane but lane 0 that does not run; each is unverified until
-        lane 0 commits. A lane that cannot start now is left out for a while: lane 0 alone
-        carries the writes meanwhile."""
+        lane 0 commits. A lane that cannot start now is left out for a while (lane 0 alone
+        carries the writes meanwhile), and returned with its failure."""
         self._followers_may_start = False
+        not_started: dict[int, KafkaError] = {}
         for lane in range(1, LANES):
             if lane in self._followers:
                 continue
@@ -312,8 +331,9 @@ class _PartitionProducer:
                 if not failure.fatal() and failure.retriable():
                     self._starting_followers[lane] = producer
                 self._followers_retry_at = time.monotonic() + self._timeout_s
+                not_started[lane] = failure
                 logger.info(
-                    "state partition %d: lane %d did not start (%s); lane 0 writes alone for now",
+                    "state partition %d: lane %d did not start (%s)",
                     self.partition,
                     lane,
                     failure.str(),
@@ -321,6 +341,7 @@ class _PartitionProducer:
                 continue
             self._followers[lane] = producer
             self._unverified.add(lane)
+        return not_started
 
     def _next_lane(self, on_lane_0: bool) -> int:
         """The lane of the next transaction. Lanes in turn: the brokers answer a transaction's
