@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kafka_group_operator.coordinator import errors, messages
@@ -395,6 +395,65 @@ async def test_a_writer_fenced_by_its_own_abandoned_producer_writes_on(
         assert not alone.fenced(0)
         assert await alone.append(0, [_record(3)]) > 0
         assert not alone.fenced(0)
+
+
+async def test_a_fenced_writer_looks_again_for_a_new_holder_s_late_marker(
+    broker: embedded.EmbeddedBroker,
+) -> None:
+    """Kafka fails the older holder's transaction the moment a new holder fences it, and on a
+    loaded machine the older's probe can read the log before the new holder's second take
+    marker lands. Told "fenced" and finding no marker, the writer looks again a write timeout
+    later: the marker written after its first probe says it lost the partition, and it never
+    starts a producer that would fence the new holder back."""
+    async with _writers(broker, 2, timeout_ms=3000) as (name, (first, second)):
+        await first.append(0, [_record(1)])
+        await asyncio.to_thread(_abandoned_starts, broker.bootstrap, name)
+        take = codec.encode_record(
+            records.Record(
+                records.LoadMarkerKey(), records.LoadMarkerValue(second.marker_nonce("take"), 0)
+            )
+        )
+        late = asyncio.create_task(
+            asyncio.to_thread(_after_a_probe_of, first, broker.bootstrap, name, take)
+        )
+        try:
+            with pytest.raises(runtime_errors.WriterFenced):
+                await first.append(0, [_record(2)])
+        finally:
+            await late
+        assert first.fenced(0)
+        assert _record(2) not in logs.read_partition(broker.bootstrap, name, 0)
+
+
+def _after_a_probe_of(
+    state_writer: writer.StateWriter, bootstrap: str, name: str, marker: tuple[bytes, bytes | None]
+) -> None:
+    """Append ``marker`` to partition 0 once ``state_writer``'s first probe marker is there."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "late-marker",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    reader.assign([TopicPartition(name, 0, 0)])
+    prefix = state_writer.marker_nonce("probe").rsplit("-", 1)[0]
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            for message in reader.consume(100, 0.2):
+                value = message.value() if message.error() is None else None
+                if value is not None and message.key() == marker[0]:
+                    found = codec.decode_value(records.LoadMarkerKey(), value)
+                    if isinstance(found, records.LoadMarkerValue) and found.nonce.startswith(
+                        prefix
+                    ):
+                        logs.produce(bootstrap, name, 0, [marker])
+                        return
+    finally:
+        reader.close()
+    raise AssertionError("the writer wrote no probe marker")
 
 
 def _abandoned_starts(bootstrap: str, name: str) -> None:

@@ -53,9 +53,11 @@ means this writer was fenced. A writer appends a plain "take" marker before and 
 lane 0's ``init_transactions`` (and a load's own marker after the other lanes'), so that a
 fencing that cut an older holder's transaction short has its marker ahead of that holder's
 probe (the one before unless the holder committed in between, the one after unless the
-holder's probe won the few milliseconds between fencing and marker: a heuristic for
-processes that were never meant to share a partition, which leases rule out); probe markers
-themselves are no evidence (the holder in doubt writes them).
+holder's probe won the time between fencing and marker, milliseconds on a quiet machine and
+a second or more on a loaded one: a holder told "fenced" that finds no marker looks again a
+write timeout later; a heuristic for processes that were never meant to share a partition,
+which leases rule out); probe markers themselves are no evidence (the holder in doubt writes
+them).
 
 Markers outside transactions (take, probe, and the load marker of a producer that starts
 now: ``append_marker``) go through one plain producer per writer, shared by all partitions.
@@ -574,6 +576,15 @@ class _PartitionProducer:
         failed."""
         try:
             self._look_for_a_new_holder()
+            if error.code() in _FENCED_CODES:
+                # Fenced, and no other coordinator's marker yet. A new holder writes its second
+                # take marker as soon as its fencing returns, but the brokers fail this
+                # writer's transaction at once (Kafka does), and on a loaded machine the probe
+                # can win by a second or more. A new producer would fence that holder back, so
+                # look once more, a write timeout later, before blaming a producer of this
+                # writer's own.
+                time.sleep(self._timeout_s)
+                self._look_for_a_new_holder()
         except errors.WriterFenced as fenced:
             return fenced
         except errors.WriteFailed as unknown:
