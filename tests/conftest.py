@@ -4,7 +4,9 @@
 4.4 (the reference: one KRaft node per test worker, shared by the worker's modules) and on
 tansu (the embedded, zero-Java broker of ``kgo demo`` and ``kgo dev``). Where tansu deviates
 from Kafka, the test says so with ``@pytest.mark.tansu_deviation("why")``: its tansu case is
-expected to fail (strictly: it fails the run once tansu is fixed). ``kafka_broker`` and
+expected to fail (strictly: it fails the run once tansu is fixed); where a deviation pinned so
+makes a test's tansu case fail only at times, ``@pytest.mark.tansu_cannot("why")`` skips that
+case, saying why. ``kafka_broker`` and
 ``kafka_cluster`` (three nodes, replication factor 3, ``min.insync.replicas=2``) are for what
 only Apache Kafka does: compaction, replication, its own tools.
 """
@@ -33,6 +35,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "tansu_cannot(reason): a tansu deviation pinned by a tansu_deviation test makes this "
+        "test's tansu case fail at times; that case is skipped, saying why",
+    )
+    config.addinivalue_line(
+        "markers",
         "kafka_cannot(reason): the client under test cannot run against Apache Kafka 4 at "
         "all, with or without the operator; the test's Kafka case is skipped, saying why",
     )
@@ -43,7 +50,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = {} if callspec is None else callspec.params
-        on = {params[name] for name in ("broker", "fresh_broker") if name in params}
+        # A module's own broker fixture is parametrized the same way (``*_broker``).
+        on = {
+            value for name, value in params.items() if name.endswith("broker") and value in BROKERS
+        }
         if len(on) > 1:
             mixed.append(item)  # a test with both brokers runs on one kind at a time
             continue
@@ -52,6 +62,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if cannot is not None and "kafka" in on:
             reason = cannot.args[0] if cannot.args else cannot.kwargs["reason"]
             item.add_marker(pytest.mark.skip(reason=f"Apache Kafka 4: {reason}"))
+        cannot_on_tansu = item.get_closest_marker("tansu_cannot")
+        if cannot_on_tansu is not None and "tansu" in on:
+            reason = (
+                cannot_on_tansu.args[0]
+                if cannot_on_tansu.args
+                else cannot_on_tansu.kwargs["reason"]
+            )
+            item.add_marker(pytest.mark.skip(reason=f"tansu: {reason}"))
         deviation = item.get_closest_marker("tansu_deviation")
         if deviation is not None and "tansu" in on:
             reason = deviation.args[0] if deviation.args else deviation.kwargs["reason"]
@@ -109,7 +127,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when == "call" and report.failed:
         funcargs = getattr(item, "funcargs", {})
-        for name in ("broker", "fresh_broker", "kafka_broker", "kafka_cluster"):
-            running = funcargs.get(name)
+        attached: set[int] = set()
+        for name, running in funcargs.items():
             if isinstance(running, embedded.EmbeddedBroker | kafka.KafkaCluster):
-                report.sections.append((f"{name} log", running.log_tail()))
+                if id(running) not in attached:  # ``broker`` may be ``kafka_broker``
+                    attached.add(id(running))
+                    report.sections.append((f"{name} log", running.log_tail()))

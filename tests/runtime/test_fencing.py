@@ -569,14 +569,20 @@ def own_broker(request: pytest.FixtureRequest) -> Iterator[embedded.Broker]:
         yield running
 
 
+@pytest.mark.tansu_cannot(
+    "now and then (1 run in 10 to 40 under load) a transaction of the first coordinator's, cut "
+    "short by the second's fencing, stays open on it for good: tansu never aborts a "
+    "transaction past its timeout (test_broker_transactions), so the second's load waits on "
+    "it (Kafka aborts it within transaction.timeout.ms and a check interval)"
+)
 async def test_a_second_coordinator_fences_the_first_and_no_acknowledged_commit_is_lost(
     own_broker: embedded.Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = own_broker
-    # tansu never answers a fenced producer's EndTxn (Kafka answers PRODUCER_FENCED):
-    # a commit caught between its records and its EndTxn by the second coordinator's start
-    # times out instead, and the first must find the second's marker before it re-reads the
-    # partition (which would fence the second back). Short timeouts keep that quick.
+    # A commit caught by the second coordinator's fencing fails (at once on Kafka; tansu
+    # does not answer a fenced producer's EndTxn, so there it times out), and the first must
+    # find the second's marker before it re-reads the partition (which would fence the
+    # second back), looking twice a write timeout apart. Short timeouts keep that quick.
     config = _config(broker.bootstrap, logs.unique_topic(), write_timeout_ms=1500)
     group_ids = [f"g{i}" for i in range(12)]
     assert {partitioning.partition_for(g, PARTITIONS) for g in group_ids} == set(range(PARTITIONS))
