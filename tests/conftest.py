@@ -129,7 +129,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         funcargs = getattr(item, "funcargs", {})
         attached: set[int] = set()
         for name, running in funcargs.items():
-            if isinstance(running, embedded.EmbeddedBroker | kafka.KafkaCluster):
-                if id(running) not in attached:  # ``broker`` may be ``kafka_broker``
-                    attached.add(id(running))
-                    report.sections.append((f"{name} log", running.log_tail()))
+            # ``broker`` may be ``kafka_broker``: each broker's log once.
+            if (
+                isinstance(running, embedded.EmbeddedBroker | kafka.KafkaCluster)
+                and id(running) not in attached
+            ):
+                attached.add(id(running))
+                report.sections.append((f"{name} log", running.log_tail()))
