@@ -1,5 +1,6 @@
 """One coordinator per state partition, enforced by the brokers; and a partition that survives
-any one bad request. All on the embedded broker, with real runtimes."""
+any one bad request. On both brokers (Apache Kafka and tansu), with real writers and
+runtimes."""
 
 from __future__ import annotations
 

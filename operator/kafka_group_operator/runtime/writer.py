@@ -296,13 +296,7 @@ class _PartitionProducer:
             # marker: acknowledged there, yet not read by this load. The start fails; the
             # next one fences lane 0 again and resumes the lane's start.
             lane, failure = min(not_started.items())
-            producer, self._producer = self._producer, None
-            for started in list(self._followers):
-                self._drop_follower(started, in_doubt=False)
-            with contextlib.suppress(KafkaException):
-                producer.purge()
-                producer.flush(0)
-            del producer
+            self._drop(resume_starts=True)
             raise errors.WriteFailed(
                 f"cannot start the state producer: lane {lane} did not start ({failure.str()})",
                 failure.name(),
@@ -638,19 +632,22 @@ class _PartitionProducer:
             if in_doubt:
                 self._retired.append((time.monotonic() + 2 * self._timeout_s, producer))
 
-    def _drop(self, in_doubt: bool = False) -> None:
+    def _drop(self, in_doubt: bool = False, resume_starts: bool = False) -> None:
         """Drop the producer; it ends now, unless its last transaction's outcome is unknown
         (``in_doubt``): then the writer looks for a new holder before it fences again, and
         the producer is retired for twice the write timeout first: the end of that
         transaction (a commit that timed out goes on inside librdkafka) may still be on its
         way to the brokers, and ended there the transaction stops holding back
-        ``read_committed`` readers at once rather than when the brokers time it out."""
+        ``read_committed`` readers at once rather than when the brokers time it out. Other
+        lanes' starts that timed out are kept for the next start to resume when
+        ``resume_starts`` (a start that failed for want of them)."""
         if in_doubt:
             self._in_doubt = True
         # The other lanes go too: the next start fences them again after lane 0.
         for lane in list(self._followers):
             self._drop_follower(lane, in_doubt=False)
-        self._starting_followers.clear()
+        if not resume_starts:
+            self._starting_followers.clear()
         producer, self._producer = self._producer, None
         now = time.monotonic()
         self._end_retired(now)
