@@ -35,6 +35,8 @@ On a local master:
   and names it with that variable.
 * The JVM's own log lines go to its log file, never to stdout, where ``--json`` puts its
   result.
+* Python workers forked by ``spark_daemon``, which imports pyspark from the installed,
+  compiled package instead of the distribution's zip that Spark puts first on their path.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def build_session(
             builder.config("spark.sql.shuffle.partitions", "4")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.driver.extraJavaOptions", " ".join(options))
+            .config("spark.python.daemon.module", "kafka_group_jobs.spark_daemon")
         )
     if not direct:
         return builder.getOrCreate()
