@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from kafka_group_jobs import errors, fence, topics
-from kafka_group_records import partitioning, results
+from kafka_group_records import codec, partitioning, results
 
 if TYPE_CHECKING:  # pyspark is imported only once a job runs Spark (see ``run``)
     from pyspark.sql import DataFrame, SparkSession
@@ -161,6 +161,18 @@ def check_state_topic(bootstrap: str, topic: str, config: dict[str, str]) -> int
     return topics.partition_count(bootstrap, topic, config)
 
 
+def check_group(group: str) -> str:
+    """``group`` if Kafka could name a group so (not empty, UTF-8 of at most 32,767 bytes),
+    else ``UsageError``."""
+    if not group:
+        raise errors.UsageError("--group must not be empty")
+    try:
+        codec.offset_commit_key_prefixes(group)
+    except codec.CodecError as error:
+        raise errors.UsageError(f"--group is not a Kafka group id: {error}") from None
+    return group
+
+
 def parse_time_ms(text: str) -> int:
     """Milliseconds since the epoch of an ISO-8601 time (UTC when it names no zone)."""
     try:
@@ -188,10 +200,12 @@ def read_state(
     partitions: list[int] | None = None,
     starts: dict[int, int] | None = None,
     fenced: fence.ReadFence | None = None,
+    commits_of: str | None = None,
 ) -> tuple[DataFrame, fence.ReadFence, list[source.OffsetRange]]:
     """The state topic up to a read fence (``fenced``, taken before Spark started; else the
     last stable offsets of ``partitions``, all by default), the fence, and the offset ranges
-    the frame's reading tasks cover (in task order, for ``progress``).
+    the frame's reading tasks cover (in task order, for ``progress``). With ``commits_of``,
+    the frame holds that group's offset commits only (``source.read``).
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
@@ -208,7 +222,8 @@ def read_state(
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
     ranges = source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
-    return source.read(spark, bootstrap, topic, ranges, config), fenced, ranges
+    frame = source.read(spark, bootstrap, topic, ranges, config, commits_of)
+    return frame, fenced, ranges
 
 
 def take_fence(

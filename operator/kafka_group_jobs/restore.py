@@ -107,7 +107,7 @@ def plan(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced, commits_of=group_id
     )
     # Materialized once: the state topic is read exactly once, whatever follows.
     with progress.watching(spark, f"reading {state_topic}", ranges, len(fenced.end_offsets)):
@@ -360,8 +360,7 @@ def _main(argv: Sequence[str] | None) -> int:
     arguments.add_coordinator(parser, "which applies the plan (needed with --execute)")
     parser.add_argument("--audit", help="storage URI to write the audit JSON to")
     args = parser.parse_args(argv)
-    if not args.group:
-        raise errors.UsageError("--group must not be empty")
+    arguments.check_group(args.group)
     at_ms = None
     if args.to in ("offset", "shift-by") and args.value is None:
         raise errors.UsageError(f"--to {args.to} needs --value")

@@ -72,7 +72,7 @@ def take(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced
+        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced, commits_of=group_id
     )
     ends = fenced.end_offsets
     # Materialized once: the state topic is read exactly once, whatever follows.
@@ -231,8 +231,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     arguments.add_coordinator(parser, "asked for the read fence")
     args = parser.parse_args(argv)
-    if not args.group:
-        raise errors.UsageError("--group must not be empty")
+    arguments.check_group(args.group)
     coordinator = arguments.coordinator_of(args, args.group)
     as_of_ms = None if args.as_of is None else arguments.parse_time_ms(args.as_of)
     config = arguments.kafka_config(args)

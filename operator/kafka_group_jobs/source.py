@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kafka_group_jobs import columns, decoding
+from kafka_group_records import codec
 
 if TYPE_CHECKING:  # this module is imported by every reading task: no pyspark there
     from pyspark.sql import DataFrame, SparkSession
@@ -53,14 +54,20 @@ def read(
     topic: str,
     ranges: list[OffsetRange],
     kafka_config: Mapping[str, str] | None = None,
+    commits_of: str | None = None,
 ) -> DataFrame:
     """The records of ``ranges``, one Spark task per range (task ``i`` reads ``ranges[i]``).
+
+    With ``commits_of``, only that group's offset commits (tombstones included): the others
+    are passed over by their key's first bytes, neither decoded nor handed to Spark. A
+    snapshot or a restore needs nothing else of a state partition that many groups share.
 
     Nothing is read until an action runs; every action reads the same ranges.
     """
     # Spark needs at least one partition, even for an empty topic.
     tasks = ranges or [OffsetRange(0, 0, 0)]
-    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks))
+    prefixes = () if commits_of is None else codec.offset_commit_key_prefixes(commits_of)
+    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks), prefixes)
     indexes = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
     return indexes.mapInArrow(reader, columns.STATE_RECORD_DDL)
 
@@ -73,6 +80,8 @@ class RangeReader:
     topic: str
     kafka_config: dict[str, str]
     ranges: tuple[OffsetRange, ...]
+    # Keys to keep by their first bytes (``read``'s ``commits_of``); empty: every record.
+    key_prefixes: tuple[bytes, ...] = ()
 
     def __call__(self, indexes: Iterator[Any]) -> Iterator[Any]:
         for batch in indexes:
@@ -93,6 +102,7 @@ class RangeReader:
         consumer = Consumer(topics.reader_config(self.bootstrap, self.kafka_config))
         decode = decoding.decode_row
         partition = offsets.partition
+        prefixes = self.key_prefixes
         rows: list[columns.Row] = []
         # The first rows go over at once, so that Spark can start on them while the rest
         # is read; then batches of ARROW_BATCH_ROWS.
@@ -102,16 +112,19 @@ class RangeReader:
                 consumer, self.topic, partition, offsets.start, offsets.end
             ):
                 for message in batch:
+                    key = message.key()
+                    if prefixes and not (key and key.startswith(prefixes)):
+                        continue
                     rows.append(
                         decode(
                             partition,
                             message.offset(),
                             message.timestamp()[1],
-                            message.key(),
+                            key,
                             message.value(),
                         )
                     )
-                if len(rows) >= ARROW_BATCH_ROWS or not handed:
+                if rows and (len(rows) >= ARROW_BATCH_ROWS or not handed):
                     yield to_batch(pa, schema, rows)
                     handed += len(rows)
                     rows = []

@@ -652,6 +652,20 @@ _KEY_VERSIONS: dict[type, int] = {
 }
 
 
+def offset_commit_key_prefixes(group: str) -> tuple[bytes, ...]:
+    """The bytes every offset commit key of ``group`` starts with, one per key version that
+    holds an offset commit (0 and 1: the same fields, the group first).
+
+    A key that starts with none of them is not an offset commit of ``group``: a reader after
+    one group's commits passes over the rest of a state partition without decoding it.
+    """
+    raw = _utf8(group)
+    return tuple(
+        _VERSION_AND_LENGTH.pack(version, len(raw)) + raw
+        for version in (OFFSET_COMMIT_KEY_V0, OFFSET_COMMIT_KEY_V1)
+    )
+
+
 def key_version(data: bytes) -> int:
     """The record type of encoded key ``data`` without decoding the rest."""
     try:

@@ -188,6 +188,18 @@ WITHOUT_BROKER: list[tuple[str, list[str], str, int]] = [
         2,
     ),
     (
+        "snapshot",
+        ["--bootstrap", REFUSED, "--group", "g" * 40_000, "--output", "file:///snaps/x"],
+        "--group is not a Kafka group id: string of 40000 bytes exceeds Kafka's 32767",
+        2,
+    ),
+    (
+        "restore",
+        ["--bootstrap", REFUSED, "--group", "\udcff", "--to", "latest", "--dry-run"],
+        "--group is not a Kafka group id: string is not encodable as UTF-8: surrogates not allowed",
+        2,
+    ),
+    (
         "compaction",
         ["--bootstrap", REFUSED, "--output", "file:///c", "--kafka-config-dir", "/no/such/dir"],
         "--kafka-config-dir: no directory /no/such/dir",

@@ -218,6 +218,55 @@ def test_snapshot_change_restore_gives_back_the_snapshot(
     assert restored["checksum"] == manifest["checksum"]
 
 
+def test_a_snapshot_reads_only_its_group_s_commits_of_a_shared_state_partition(
+    spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
+) -> None:
+    """Other groups' records on the group's state partition (one named with the group's
+    name as its prefix among them) are passed over by their keys' first bytes: none reaches
+    Spark, and the snapshot is the group's alone. A tombstone of the group still counts."""
+    bootstrap, state_topic, data, group = (
+        broker.bootstrap,
+        names["state"],
+        names["data"],
+        names["group"],
+    )
+    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
+    fill_data_topic(bootstrap, data)
+    home = partitioning.partition_for(group, STATE_PARTITIONS)
+    neighbours = [
+        name
+        for name in (f"{group}{index}" for index in range(200))
+        if partitioning.partition_for(name, STATE_PARTITIONS) == home
+    ][:2]
+    assert len(neighbours) == 2
+    append(bootstrap, state_topic, commits(group, data, {0: 3, 1: 4, 2: 5}, T0))
+    for neighbour in neighbours:
+        append(bootstrap, state_topic, commits(neighbour, data, {0: 9, 1: 9, 2: 9}, T0 + 1))
+        append(
+            bootstrap,
+            state_topic,
+            [(records.Record(records.GroupConfigKey(neighbour), None), T0 + 1)],
+        )
+    append(
+        bootstrap,
+        state_topic,
+        [(records.Record(records.OffsetCommitKey(group, data, 2), None), T0 + 2)],
+    )
+
+    state, _, ranges = arguments.read_state(
+        spark, bootstrap, state_topic, {}, [home], commits_of=group
+    )
+    assert sum(r.end - r.start for r in ranges) == 3 + 2 * 4 + 1
+    kept = [(row.group_id, row.topic_partition, row.committed_offset) for row in state.collect()]
+    assert sorted(kept, key=str) == sorted(
+        [(group, 0, 3), (group, 1, 4), (group, 2, 5), (group, 2, None)], key=str
+    )
+    location = f"file://{tmp_path}/snap"
+    manifest = snapshot.take(spark, bootstrap, state_topic, group, location)
+    assert offsets_of(spark, location) == {(data, 0): 3, (data, 1): 4}
+    assert manifest["records"] == 2
+
+
 def test_reset_plan_clamps_and_dry_run_writes_nothing(
     spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
 ) -> None:

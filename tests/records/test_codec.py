@@ -633,3 +633,22 @@ def test_every_record_type_has_a_round_trip_strategy() -> None:
     }  # fmt: skip
     assert set(records.RecordKey.__args__) == key_types  # type: ignore[attr-defined]
     assert len(_pairs) == len(key_types)
+
+
+def test_offset_commit_key_prefixes_are_the_group_s_first_bytes_in_both_versions() -> None:
+    """OffsetCommitKey.json: versions 0-1, the group first (an int16-length string)."""
+    v0, v1 = codec.offset_commit_key_prefixes("g1")
+    assert (v0, v1) == (_hex("00 00 | 00 02 67 31"), _hex("00 01 | 00 02 67 31"))
+    assert codec.encode_key(records.OffsetCommitKey("g1", "orders", 3)).startswith(v1)
+    kafka_v0 = _hex("00 00 | 00 02 67 31 | 00 06 6f 72 64 65 72 73 | 00 00 00 03")
+    assert kafka_v0.startswith(v0)
+    # The length is part of the prefix: a group whose name starts with another's is apart.
+    for other in ("g", "g12", "G1"):
+        assert not codec.encode_key(records.OffsetCommitKey(other, "g1", 0)).startswith((v0, v1))
+    # Other records of the group are not offset commits.
+    assert not codec.encode_key(records.GroupMetadataKey("g1")).startswith((v0, v1))
+    assert codec.offset_commit_key_prefixes("é")[1] == _hex("00 01 | 00 02 c3 a9")
+    with pytest.raises(codec.CodecError):
+        codec.offset_commit_key_prefixes("g" * 40_000)
+    with pytest.raises(codec.CodecError):
+        codec.offset_commit_key_prefixes("\udcff")  # argv's escape of a byte that is not UTF-8
