@@ -153,6 +153,17 @@ def names() -> dict[str, str]:
     return {"state": f"state-{suffix}", "data": f"orders-{suffix}", "group": f"payments-{suffix}"}
 
 
+def topics_with_data(
+    broker: embedded.EmbeddedBroker, names: dict[str, str]
+) -> tuple[str, str, str, str]:
+    """Bootstrap, state topic, data topic and group of ``names``, the topics created and the
+    data topic filled (``fill_data_topic``)."""
+    state_topic, data = names["state"], names["data"]
+    create_topics(broker.bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
+    fill_data_topic(broker.bootstrap, data)
+    return broker.bootstrap, state_topic, data, names["group"]
+
+
 def offsets_of(spark: SparkSession, location: str) -> dict[tuple[str, int], int]:
     _, data = snapshot.read(spark, location)
     return {(row.topic, row.partition): row.offset for row in data.collect()}
@@ -161,14 +172,7 @@ def offsets_of(spark: SparkSession, location: str) -> dict[tuple[str, int], int]
 def test_snapshot_change_restore_gives_back_the_snapshot(
     spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
 ) -> None:
-    bootstrap, state_topic, data, group = (
-        broker.bootstrap,
-        names["state"],
-        names["data"],
-        names["group"],
-    )
-    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
-    fill_data_topic(bootstrap, data)
+    bootstrap, state_topic, data, group = topics_with_data(broker, names)
     append(bootstrap, state_topic, commits(group, data, {0: 3, 1: 4, 2: 5}, T0))
     append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 7, 2: 9}, T0 + 60_000))
     append(bootstrap, state_topic, commits("bystander", data, {0: 1}, T0 + 60_000))
@@ -224,14 +228,7 @@ def test_a_snapshot_reads_only_its_group_s_commits_of_a_shared_state_partition(
     """Other groups' records on the group's state partition (one named with the group's
     name as its prefix among them) are passed over by their keys' first bytes: none reaches
     Spark, and the snapshot is the group's alone. A tombstone of the group still counts."""
-    bootstrap, state_topic, data, group = (
-        broker.bootstrap,
-        names["state"],
-        names["data"],
-        names["group"],
-    )
-    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
-    fill_data_topic(bootstrap, data)
+    bootstrap, state_topic, data, group = topics_with_data(broker, names)
     home = partitioning.partition_for(group, STATE_PARTITIONS)
     neighbours = [
         name
@@ -270,14 +267,7 @@ def test_a_snapshot_reads_only_its_group_s_commits_of_a_shared_state_partition(
 def test_reset_plan_clamps_and_dry_run_writes_nothing(
     spark: SparkSession, broker: embedded.EmbeddedBroker, names: dict[str, str], tmp_path: Path
 ) -> None:
-    bootstrap, state_topic, data, group = (
-        broker.bootstrap,
-        names["state"],
-        names["data"],
-        names["group"],
-    )
-    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
-    fill_data_topic(bootstrap, data)
+    bootstrap, state_topic, data, group = topics_with_data(broker, names)
     append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 7}, T0))
     before = f"file://{tmp_path}/before"
     snapshot.take(spark, bootstrap, state_topic, group, before)
@@ -494,14 +484,9 @@ def test_jobs_print_tables_and_warn_on_clamps_and_offsets_past_the_log_end(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bootstrap, state_topic, data, group = (
-        broker.bootstrap,
-        names["state"],
-        names["data"],
-        names["group"],
-    )
-    create_topics(bootstrap, (state_topic, STATE_PARTITIONS), (data, DATA_PARTITIONS))
-    fill_data_topic(bootstrap, data)  # 20 messages per partition
+    bootstrap, state_topic, data, group = topics_with_data(
+        broker, names
+    )  # 20 messages per partition
     # 57 lies past the log end of 20, as when the broker reports a wrong log end.
     append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 57}, T0))
     # One offset range per record: the read runs as two tasks, and progress counts both.
