@@ -484,9 +484,8 @@ def test_jobs_print_tables_and_warn_on_clamps_and_offsets_past_the_log_end(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bootstrap, state_topic, data, group = topics_with_data(
-        broker, names
-    )  # 20 messages per partition
+    # 20 messages per partition
+    bootstrap, state_topic, data, group = topics_with_data(broker, names)
     # 57 lies past the log end of 20, as when the broker reports a wrong log end.
     append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 57}, T0))
     # One offset range per record: the read runs as two tasks, and progress counts both.
