@@ -126,6 +126,10 @@ LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
         LegacyOption(
             "--partitions-sweep", "ours against native at 100 committers on 50, 10 and 5 partitions"
         ),
+        LegacyOption(
+            "--process-transaction",
+            "what one transaction per process over every state partition would give, vs native",
+        ),
     ),
     "rebalance": (QUICK,),
     "jobs": (

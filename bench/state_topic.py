@@ -38,6 +38,9 @@ Writes ``bench/results/state_topic.json``. ``--quick`` runs shorter and smaller;
 ``--partitions-sweep`` runs ours against native OffsetCommit at 100 committers with the
 state topic in 50, 10 and 5 partitions (more commits per transaction as they shrink), on
 Apache Kafka's one node unless ``--broker=`` names others, into that broker's section.
+``--process-transaction`` measures a layout the product does not use, against native
+OffsetCommit: one transaction per process spanning every state partition with a commit
+waiting (``process_transaction_what_if``), on the same brokers, into the same section.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import gc
 import json
 import os
 import platform
+import queue
 import resource
 import sys
 import threading
@@ -500,6 +504,8 @@ def _cpu_bound(at_most: dict[str, Any], lanes: int) -> dict[str, Any]:
 
 
 SWEEP_PARTITIONS = (50, 10, 5)
+# The state topic's partitions in the process-transaction what-if: the product's default.
+PROCESS_PARTITIONS = coordinator_runtime.RuntimeConfig.__dataclass_fields__["partitions"].default
 
 
 async def state_partitions_sweep(
@@ -563,6 +569,142 @@ async def state_partitions_sweep(
             flush=True,
         )
     return results
+
+
+def _process_transactions(
+    producers: list[Producer],
+    topic: str,
+    partitions: int,
+    n: int,
+    duration_s: float,
+    meter: _Meter,
+) -> _Sample:
+    """``n`` committers, committer ``i`` on state partition ``i % partitions``, whose commits
+    the ``producers`` (one thread each, taking turns as the writer's lanes do) carry in
+    transactions spanning every partition that has a commit waiting: each transaction takes
+    all that wait, and each commit is answered once its transaction has committed."""
+    waiting: queue.SimpleQueue[tuple[int, bytes, bytes, threading.Event]] = queue.SimpleQueue()
+    stop = threading.Event()
+    transactions = [0]
+
+    def lane(producer: Producer) -> None:
+        while not stop.is_set():
+            try:
+                batch = [waiting.get(timeout=0.1)]
+            except queue.Empty:
+                continue
+            while not waiting.empty():
+                batch.append(waiting.get())
+            producer.begin_transaction()
+            for partition, key, value, _ in batch:
+                while True:
+                    try:
+                        producer.produce(topic, value, key, partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            producer.commit_transaction(30)
+            transactions[0] += 1
+            for *_, answered in batch:
+                answered.set()
+
+    lanes = [threading.Thread(target=lane, args=(producer,)) for producer in producers]
+    for thread in lanes:
+        thread.start()
+    barrier = threading.Barrier(n + 1)
+
+    def work(index: int, latencies: list[float]) -> None:
+        key = codec.encode_key(records.OffsetCommitKey(f"bench-process-{index}", "t", 0))
+        barrier.wait()
+        deadline = time.perf_counter() + duration_s
+        offset = 0
+        while time.perf_counter() < deadline:
+            offset += 1
+            value = codec.encode_value(
+                records.OffsetCommitValue(offset=offset, commit_timestamp=int(time.time() * 1000))
+            )
+            answered = threading.Event()
+            started = time.perf_counter()
+            waiting.put((index % partitions, key, value, answered))
+            answered.wait()
+            latencies.append(time.perf_counter() - started)
+
+    before = transactions[0]
+    try:
+        sample = _timed_threads(n, work, barrier, meter)
+    finally:
+        stop.set()
+        for thread in lanes:
+            thread.join()
+    sample.transactions = transactions[0] - before
+    return sample
+
+
+def process_transaction_what_if(
+    bootstrap: str, round_s: float, rounds: int, replicas: int, broker_pids: list[int]
+) -> dict[str, Any]:
+    """Not the product's writer: what one transaction per process, spanning every state
+    partition the process holds (the layout that would put more commits in a transaction
+    without fewer partitions), would give against native OffsetCommit at 100 committers on
+    50 state partitions. Two transactional producers take turns, as the writer's lanes do.
+    Peers alternate per round."""
+    meter = _Meter(broker_pids)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic, data = "bench-process-state", "bench-process-data"
+    config = {"cleanup.policy": "compact", "min.insync.replicas": str(_min_insync(replicas))}
+    futures = admin.create_topics(
+        [NewTopic(topic, PROCESS_PARTITIONS, replicas, config=config), NewTopic(data, 1, replicas)]
+    )
+    for future in futures.values():
+        future.result(30)
+    n = CONCURRENCY[-1]
+    producers = [
+        Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": f"bench-process-{uuid.uuid4().hex[:8]}-{lane}",
+                "acks": "all",
+                "linger.ms": 0,
+            }
+        )
+        for lane in range(2)
+    ]
+    for producer in producers:
+        producer.init_transactions(60)
+    # Warm up: connections open, partitions known, groups' coordinators found.
+    _process_transactions(producers, topic, PROCESS_PARTITIONS, n, 0.5, meter)
+    _native(bootstrap, data, n, 0.5, meter)
+    ours: list[_Sample] = []
+    native: list[_Sample] = []
+    for index in range(rounds):
+        peers = [
+            lambda: ours.append(
+                _process_transactions(producers, topic, PROCESS_PARTITIONS, n, round_s, meter)
+            ),
+            lambda: native.append(_native(bootstrap, data, n, round_s, meter)),
+        ]
+        for peer in peers if index % 2 == 0 else peers[::-1]:
+            peer()
+    result = {
+        "committers": n,
+        "state_partitions": PROCESS_PARTITIONS,
+        "process_transaction": _pooled(ours),
+        "native_offset_commit": _pooled(native),
+    }
+    result["throughput_vs_native"] = round(
+        result["process_transaction"]["throughput_per_s"]
+        / result["native_offset_commit"]["throughput_per_s"],
+        2,
+    )
+    print(
+        f"  one transaction per process over {PROCESS_PARTITIONS} partitions: "
+        f"{result['process_transaction']['throughput_per_s']}/s "
+        f"({result['process_transaction'].get('commits_per_transaction')} per transaction), "
+        f"native {result['native_offset_commit']['throughput_per_s']}/s: "
+        f"{result['throughput_vs_native']}x",
+        flush=True,
+    )
+    return result
 
 
 # ------------------------------------------------------------------------ runtime heartbeat
@@ -949,6 +1091,26 @@ async def run_sweep_only(kinds: list[str], quick: bool) -> dict[str, Any]:
     return previous
 
 
+def run_process_transaction_only(kinds: list[str], quick: bool) -> dict[str, Any]:
+    """The process-transaction what-if alone (``--process-transaction``), into the last full
+    run's results, per broker."""
+    previous: dict[str, Any] = (
+        json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
+    )
+    round_s, rounds = (1.0, 2) if quick else (2.0, 3)
+    for kind in kinds:
+        replicas = min(SIZES.get(kind, 1), 3)
+        load_before = os.getloadavg()
+        with _running(kind) as (bootstrap, description, pids):
+            print(f"{kind}: {description}; load average {load_before}", flush=True)
+            what_if = process_transaction_what_if(bootstrap, round_s, rounds, replicas, pids)
+        what_if["load_average_before"] = [round(x, 2) for x in load_before]
+        what_if["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        broker = previous.setdefault("brokers", {}).setdefault(kind, {"broker": description})
+        broker["process_transaction_what_if"] = what_if
+    return previous
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     kinds = [arg.removeprefix("--broker=") for arg in argv if arg.startswith("--broker=")]
@@ -960,6 +1122,8 @@ def main(argv: list[str]) -> int:
         result = asyncio.run(run_heartbeat_only())
     elif "--partitions-sweep" in argv:
         result = asyncio.run(run_sweep_only(kinds or ["kafka"], quick))
+    elif "--process-transaction" in argv:
+        result = run_process_transaction_only(kinds or ["kafka"], quick)
     else:
         result = asyncio.run(run(quick, kinds or list(BROKERS)))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
