@@ -60,7 +60,9 @@ def read(
 
     With ``commits_of``, only that group's offset commits (tombstones included): the others
     are passed over by their key's first bytes, neither decoded nor handed to Spark. A
-    snapshot or a restore needs nothing else of a state partition that many groups share.
+    snapshot or a restore needs nothing else of a state partition that many groups share,
+    and another group's record this version cannot read (a newer value version, a key cut
+    short) no longer fails it; compaction, which reads every record, still fails on one.
 
     Nothing is read until an action runs; every action reads the same ranges.
     """

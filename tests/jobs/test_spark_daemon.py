@@ -41,7 +41,20 @@ def test_a_zip_with_no_installed_package_is_kept(tmp_path: Path) -> None:
     own = _package(tmp_path / "spark-home")
     path = [str(own), str(tmp_path / "elsewhere")]
     assert spark_daemon.installed_first(path) == path
-    assert spark_daemon.installed_first([str(tmp_path)]) == [str(tmp_path)]
+
+
+def test_the_installed_zip_is_dropped_however_the_path_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By a link or relative to the working directory, as imports resolve entries."""
+    own = _package(tmp_path / "site")
+    (tmp_path / "linked").symlink_to(own.parent, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    linked, relative = (
+        str(tmp_path / "linked" / "pyspark.zip"),
+        "site/pyspark/python/lib/pyspark.zip",
+    )
+    assert spark_daemon.installed_first([linked, relative, "site"]) == ["site"]
 
 
 def _origin(_: object) -> list[str]:
