@@ -58,7 +58,7 @@ import threading
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1070,9 +1070,15 @@ async def run_heartbeat_only() -> dict[str, Any]:
     return previous
 
 
-async def run_sweep_only(kinds: list[str], quick: bool) -> dict[str, Any]:
-    """The state-partition sweep alone (``--partitions-sweep``, on Apache Kafka's one node
-    unless ``--broker=`` says otherwise), into the last full run's results."""
+async def run_on_brokers_only(
+    kinds: list[str],
+    quick: bool,
+    section: str,
+    option: str,
+    measure: Callable[[str, float, int, int, list[int]], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """One measure alone (``option``), on Apache Kafka's one node unless ``--broker=`` says
+    otherwise, into each broker's ``section`` of the last full run's results."""
     previous: dict[str, Any] = (
         json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
     )
@@ -1082,33 +1088,21 @@ async def run_sweep_only(kinds: list[str], quick: bool) -> dict[str, Any]:
         load_before = os.getloadavg()
         with _running(kind) as (bootstrap, description, pids):
             print(f"{kind}: {description}; load average {load_before}", flush=True)
-            sweep = await state_partitions_sweep(bootstrap, round_s, rounds, replicas, pids)
-        sweep["load_average_before"] = [round(x, 2) for x in load_before]
-        sweep["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-        sweep["run"] = "python -m bench state_topic --partitions-sweep (after the full run)"
+            figures = await measure(bootstrap, round_s, rounds, replicas, pids)
+        figures["load_average_before"] = [round(x, 2) for x in load_before]
+        figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        figures["run"] = f"python -m bench state_topic {option} (after the full run)"
         broker = previous.setdefault("brokers", {}).setdefault(kind, {"broker": description})
-        broker["state_partitions_sweep"] = sweep
+        broker[section] = figures
     return previous
 
 
-def run_process_transaction_only(kinds: list[str], quick: bool) -> dict[str, Any]:
-    """The process-transaction what-if alone (``--process-transaction``), into the last full
-    run's results, per broker."""
-    previous: dict[str, Any] = (
-        json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "state_topic"}
+async def _process_transaction_what_if(
+    bootstrap: str, round_s: float, rounds: int, replicas: int, broker_pids: list[int]
+) -> dict[str, Any]:
+    return await asyncio.to_thread(
+        process_transaction_what_if, bootstrap, round_s, rounds, replicas, broker_pids
     )
-    round_s, rounds = (1.0, 2) if quick else (2.0, 3)
-    for kind in kinds:
-        replicas = min(SIZES.get(kind, 1), 3)
-        load_before = os.getloadavg()
-        with _running(kind) as (bootstrap, description, pids):
-            print(f"{kind}: {description}; load average {load_before}", flush=True)
-            what_if = process_transaction_what_if(bootstrap, round_s, rounds, replicas, pids)
-        what_if["load_average_before"] = [round(x, 2) for x in load_before]
-        what_if["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-        broker = previous.setdefault("brokers", {}).setdefault(kind, {"broker": description})
-        broker["process_transaction_what_if"] = what_if
-    return previous
 
 
 def main(argv: list[str]) -> int:
@@ -1121,9 +1115,25 @@ def main(argv: list[str]) -> int:
     if "--heartbeat-only" in argv:
         result = asyncio.run(run_heartbeat_only())
     elif "--partitions-sweep" in argv:
-        result = asyncio.run(run_sweep_only(kinds or ["kafka"], quick))
+        result = asyncio.run(
+            run_on_brokers_only(
+                kinds or ["kafka"],
+                quick,
+                "state_partitions_sweep",
+                "--partitions-sweep",
+                state_partitions_sweep,
+            )
+        )
     elif "--process-transaction" in argv:
-        result = run_process_transaction_only(kinds or ["kafka"], quick)
+        result = asyncio.run(
+            run_on_brokers_only(
+                kinds or ["kafka"],
+                quick,
+                "process_transaction_what_if",
+                "--process-transaction",
+                _process_transaction_what_if,
+            )
+        )
     else:
         result = asyncio.run(run(quick, kinds or list(BROKERS)))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
