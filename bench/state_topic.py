@@ -586,8 +586,9 @@ def _process_transactions(
     waiting: queue.SimpleQueue[tuple[int, bytes, bytes, threading.Event]] = queue.SimpleQueue()
     stop = threading.Event()
     transactions = [0]
+    failures: list[BaseException] = []
 
-    def lane(producer: Producer) -> None:
+    def carry(producer: Producer) -> None:
         while not stop.is_set():
             try:
                 batch = [waiting.get(timeout=0.1)]
@@ -608,6 +609,14 @@ def _process_transactions(
             for *_, answered in batch:
                 answered.set()
 
+    def lane(producer: Producer) -> None:
+        # A failed transaction ends the run with its error; its committers stop waiting.
+        try:
+            carry(producer)
+        except BaseException as error:
+            failures.append(error)
+            stop.set()
+
     lanes = [threading.Thread(target=lane, args=(producer,)) for producer in producers]
     for thread in lanes:
         thread.start()
@@ -626,7 +635,9 @@ def _process_transactions(
             answered = threading.Event()
             started = time.perf_counter()
             waiting.put((index % partitions, key, value, answered))
-            answered.wait()
+            while not answered.wait(0.5):
+                if stop.is_set():
+                    return
             latencies.append(time.perf_counter() - started)
 
     before = transactions[0]
@@ -636,6 +647,8 @@ def _process_transactions(
         stop.set()
         for thread in lanes:
             thread.join()
+    if failures:
+        raise RuntimeError("a process transaction failed") from failures[0]
     sample.transactions = transactions[0] - before
     return sample
 

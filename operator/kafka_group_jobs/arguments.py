@@ -161,16 +161,15 @@ def check_state_topic(bootstrap: str, topic: str, config: dict[str, str]) -> int
     return topics.partition_count(bootstrap, topic, config)
 
 
-def check_group(group: str) -> str:
-    """``group`` if Kafka could name a group so (not empty, UTF-8 of at most 32,767 bytes),
-    else ``UsageError``."""
+def check_group(group: str) -> None:
+    """``UsageError`` unless Kafka could name a group ``group`` (not empty, UTF-8 of at most
+    32,767 bytes)."""
     if not group:
         raise errors.UsageError("--group must not be empty")
     try:
         codec.offset_commit_key_prefixes(group)
     except codec.CodecError as error:
         raise errors.UsageError(f"--group is not a Kafka group id: {error}") from None
-    return group
 
 
 def parse_time_ms(text: str) -> int:
