@@ -91,7 +91,15 @@ def append(bootstrap: str, state_topic: str, entries: list[tuple[records.Record,
     coordinator running) is exact: it reports a wrong one after batched produces.
     """
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "batch.num.messages": 1, "linger.ms": 0}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "batch.num.messages": 1,
+            "linger.ms": 0,
+            # In order even when a produce is retried (a topic this new may not be led yet):
+            # which record is the newest of its key is what the jobs judge.
+            "enable.idempotence": True,
+        }
     )
     for record, at in entries:
         group = records.group_of(record.key)

@@ -64,6 +64,7 @@ def scenario(broker: embedded.EmbeddedBroker) -> Iterator[Scenario]:
         for instance in sorted(BASE):
             local.start_member(instance)
         local.wait_settled(BASE, timeout=30)
+        wait_members_hold(local)
         yield Scenario(local, producer)
     finally:
         producer.stop()
@@ -77,6 +78,33 @@ def journal(group: demo.LocalGroup, instance: str) -> demo.Journal:
 def changes_after(group: demo.LocalGroup, instance: str, since: float) -> list[str]:
     events = journal(group, instance).events
     return [e["e"] for e in events if e["t"] >= since and e["e"] in ("assigned", "revoked", "lost")]
+
+
+def held(group: demo.LocalGroup, instance: str) -> frozenset[Partition]:
+    """What the member's own journal says it holds: its ownership changes, replayed."""
+    holds: set[Partition] = set()
+    for event in journal(group, instance).events:
+        if event["e"] == "start":
+            holds = set()
+        elif event["e"] in ("assigned", "revoked", "lost"):
+            partitions = {(t, p) for t, p in event["p"]}
+            holds = holds | partitions if event["e"] == "assigned" else holds - partitions
+    return frozenset(holds)
+
+
+def wait_members_hold(group: demo.LocalGroup, timeout: float = 20) -> None:
+    """Until every member has taken what the coordinator says it owns. The coordinator counts
+    a partition as the member's once its heartbeat answer carries it; the member takes it
+    (fetching its committed offset, then journalling) a moment later, later still on a busy
+    machine. A test that watches for ownership changes starts after that moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        owned = group.ownership()
+        if all(held(group, instance) == partitions for instance, partitions in owned.items()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the members' journals do not show what they own: {owned}")
+        time.sleep(0.05)
 
 
 def wait_for_restart(group: demo.LocalGroup, instance: str, timeout: float = 20) -> float:
@@ -93,6 +121,7 @@ def wait_for_restart(group: demo.LocalGroup, instance: str, timeout: float = 20)
 
 
 def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.LocalGroup) -> None:
+    wait_members_hold(group)
     before = group.ownership()
     epoch_before = group.describe()["groupEpoch"]
     assert set(before) == BASE
@@ -124,6 +153,7 @@ def test_static_restart_within_the_session_timeout_moves_nothing(group: demo.Loc
 def test_a_rolling_restart_in_a_new_pod_moves_nothing(group: demo.LocalGroup) -> None:
     """SIGTERM: the member commits and leaves temporarily (epoch -2); its successor pod, a
     new member with the same instance id, inherits the partitions."""
+    wait_members_hold(group)
     before = group.ownership()
     stopped_at = time.time()
     assert group.stop_member("member-2") == 0
