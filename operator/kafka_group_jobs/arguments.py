@@ -200,11 +200,13 @@ def read_state(
     starts: dict[int, int] | None = None,
     fenced: fence.ReadFence | None = None,
     commits_of: str | None = None,
+    as_of_ms: int | None = None,
 ) -> tuple[DataFrame, fence.ReadFence, list[source.OffsetRange]]:
     """The state topic up to a read fence (``fenced``, taken before Spark started; else the
     last stable offsets of ``partitions``, all by default), the fence, and the offset ranges
     the frame's reading tasks cover (in task order, for ``progress``). With ``commits_of``,
-    the frame holds that group's offset commits only (``source.read``).
+    the frame holds that group's newest offset commits (at or before ``as_of_ms``) only
+    (``source.read``).
 
     The bounds are fixed here, once, so every action on the frame reads the same records.
     """
@@ -221,7 +223,7 @@ def read_state(
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
     ranges = source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
-    frame = source.read(spark, bootstrap, topic, ranges, config, commits_of)
+    frame = source.read(spark, bootstrap, topic, ranges, config, commits_of, as_of_ms)
     return frame, fenced, ranges
 
 

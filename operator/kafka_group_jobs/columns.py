@@ -40,6 +40,11 @@ STATE_RECORD_DDL = ", ".join(
     )
 )
 STATE_RECORD_COLUMNS = tuple(field.split()[0] for field in STATE_RECORD_DDL.split(", "))
+# Where the reader finds the fields it looks at in a row.
+TIMESTAMP = STATE_RECORD_COLUMNS.index("timestamp")
+RECORD_TYPE = STATE_RECORD_COLUMNS.index("record_type")
+TOPIC = STATE_RECORD_COLUMNS.index("topic")
+TOPIC_PARTITION = STATE_RECORD_COLUMNS.index("topic_partition")
 
 OFFSET_COMMIT = "offset_commit"
 GROUP_CONFIG = "group_config"

@@ -72,7 +72,14 @@ def take(
         group_id, topics.partition_count(bootstrap, state_topic, config)
     )
     state, fenced, ranges = arguments.read_state(
-        spark, bootstrap, state_topic, config, [state_partition], fenced=fenced, commits_of=group_id
+        spark,
+        bootstrap,
+        state_topic,
+        config,
+        [state_partition],
+        fenced=fenced,
+        commits_of=group_id,
+        as_of_ms=as_of_ms,
     )
     ends = fenced.end_offsets
     # Materialized once: the state topic is read exactly once, whatever follows.

@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # this module is imported by every reading task: no pyspark t
     from pyspark.sql import DataFrame, SparkSession
 
 ARROW_BATCH_ROWS = 50_000
+# The most newest-commit rows a reading task holds before it hands them over (``read``'s
+# ``commits_of``): a range's worth (``arguments.RECORDS_PER_SPLIT``) at about 0.5 kB a row.
+NEWEST_HELD_ROWS = 125_000
 
 
 @dataclass(frozen=True)
@@ -55,21 +58,30 @@ def read(
     ranges: list[OffsetRange],
     kafka_config: Mapping[str, str] | None = None,
     commits_of: str | None = None,
+    as_of_ms: int | None = None,
 ) -> DataFrame:
     """The records of ``ranges``, one Spark task per range (task ``i`` reads ``ranges[i]``).
 
-    With ``commits_of``, only that group's offset commits (tombstones included): the others
-    are passed over by their key's first bytes, neither decoded nor handed to Spark. A
-    snapshot or a restore needs nothing else of a state partition that many groups share,
-    and another group's record this version cannot read (a newer value version, a key cut
-    short) no longer fails it; compaction, which reads every record, still fails on one.
+    With ``commits_of``, only that group's newest offset commit (a tombstone included) of
+    each topic-partition in each range, appended at or before ``as_of_ms`` when it is given:
+    what ``transforms.group_offsets`` keeps of the range, which is all a snapshot or a restore
+    needs, and it reaches the same answer from these rows as from every commit (the newest of
+    the ranges' newest is the newest). The other groups' records are passed over by their
+    key's first bytes, neither decoded nor handed to Spark, and another group's record this
+    version cannot read (a newer value version, a key cut short) no longer fails the job;
+    compaction, which reads every record, still fails on one. The superseded commits are
+    decoded (the newest is known only by reading on) but not handed to Spark: each row
+    Spark takes costs it more than the decoding did, and a real group commits the same few
+    partitions over and over.
 
     Nothing is read until an action runs; every action reads the same ranges.
     """
     # Spark needs at least one partition, even for an empty topic.
     tasks = ranges or [OffsetRange(0, 0, 0)]
     prefixes = () if commits_of is None else codec.offset_commit_key_prefixes(commits_of)
-    reader = RangeReader(bootstrap, topic, dict(kafka_config or {}), tuple(tasks), prefixes)
+    reader = RangeReader(
+        bootstrap, topic, dict(kafka_config or {}), tuple(tasks), prefixes, as_of_ms
+    )
     indexes = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
     return indexes.mapInArrow(reader, columns.STATE_RECORD_DDL)
 
@@ -83,7 +95,9 @@ class RangeReader:
     kafka_config: dict[str, str]
     ranges: tuple[OffsetRange, ...]
     # Keys to keep by their first bytes (``read``'s ``commits_of``); empty: every record.
+    # With prefixes, only the newest commit of each topic-partition is handed over.
     key_prefixes: tuple[bytes, ...] = ()
+    as_of_ms: int | None = None
 
     def __call__(self, indexes: Iterator[Any]) -> Iterator[Any]:
         for batch in indexes:
@@ -106,6 +120,10 @@ class RangeReader:
         partition = offsets.partition
         prefixes = self.key_prefixes
         rows: list[columns.Row] = []
+        # With prefixes: the newest commit row of each topic-partition so far, in the order
+        # first seen (offsets only grow within the range, so the last one read is the newest).
+        newest: dict[tuple[str | None, int | None], columns.Row] = {}
+        as_of = self.as_of_ms
         # The first rows go over at once, so that Spark can start on them while the rest
         # is read; then batches of ARROW_BATCH_ROWS.
         handed = 0
@@ -117,21 +135,28 @@ class RangeReader:
                     key = message.key()
                     if prefixes and not (key and key.startswith(prefixes)):
                         continue
-                    rows.append(
-                        decode(
-                            partition,
-                            message.offset(),
-                            message.timestamp()[1],
-                            key,
-                            message.value(),
-                        )
+                    row = decode(
+                        partition, message.offset(), message.timestamp()[1], key, message.value()
                     )
+                    if not prefixes or row[columns.RECORD_TYPE] != columns.OFFSET_COMMIT:
+                        rows.append(row)
+                    elif as_of is None or row[columns.TIMESTAMP] <= as_of:
+                        newest[row[columns.TOPIC], row[columns.TOPIC_PARTITION]] = row
+                if len(newest) >= NEWEST_HELD_ROWS:
+                    # A group with this many partitions: hand over what is held, so that a
+                    # task's memory stays bounded (Spark's aggregate still finds the newest).
+                    rows.extend(newest.values())
+                    newest.clear()
                 if rows and (len(rows) >= ARROW_BATCH_ROWS or not handed):
                     yield to_batch(pa, schema, rows)
                     handed += len(rows)
                     rows = []
+            rows.extend(newest.values())
             if rows:
-                yield to_batch(pa, schema, rows)
+                yield from (
+                    to_batch(pa, schema, rows[start : start + ARROW_BATCH_ROWS])
+                    for start in range(0, len(rows), ARROW_BATCH_ROWS)
+                )
         finally:
             consumer.close()
 
