@@ -37,6 +37,9 @@ checkpoint keeps them, as the log does). Then, on the same topic:
 ``--loader-only`` runs just the last part at the largest size: fill, the compaction job (cold),
 both loads; it replaces the ``loader`` figures of the largest run in the existing results.
 ``--no-loader`` leaves the loader part out (``--loader-only`` adds it later).
+``--group-partitions=N`` runs only the snapshot and its two peers, on a group that commits N
+partitions over and over (the default data is a group of a tenth of the records' partitions,
+each committed 10 times), into ``results/jobs-group-partitions-N.json``.
 ``--first-record-only`` runs only the class archive and time-to-first-record parts and
 replaces them.
 
@@ -101,13 +104,16 @@ DAY_MS = 24 * 3600 * 1000
 # ----------------------------------------------------------------------------- the data
 
 
-def fill(bootstrap: str, topic: str, size: int) -> None:
-    """``size`` records on partition 0: commits of GROUP, then an expired group's records."""
+def fill(bootstrap: str, topic: str, size: int, live_keys: int | None = None) -> None:
+    """``size`` records on partition 0: commits of GROUP, then an expired group's records.
+    GROUP commits ``live_keys`` partitions over and over (a tenth of the records by default:
+    10 commits each)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[
         topic
     ].result(30)
-    live = (size - EXPIRED_KEYS - 1) // COMMITS_PER_KEY
+    commits = size - EXPIRED_KEYS - 1
+    live = live_keys or commits // COMMITS_PER_KEY
     per_topic = max(live // TOPICS, 1)
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
@@ -122,7 +128,7 @@ def fill(bootstrap: str, topic: str, size: int) -> None:
             except BufferError:
                 producer.poll(0.05)
 
-    for round_ in range(COMMITS_PER_KEY):
+    for round_ in range(commits // live):
         for index in range(live):
             send(
                 records.Record(
@@ -549,10 +555,15 @@ def measure_compaction(bootstrap: str, topic: str, size: int, work: Path) -> dic
 
 
 def measure(
-    bootstrap: str, size: int, work: Path, with_loader: bool, with_compaction: bool = True
+    bootstrap: str,
+    size: int,
+    work: Path,
+    with_loader: bool,
+    with_compaction: bool = True,
+    live_keys: int | None = None,
 ) -> dict[str, Any]:
-    topic = f"bench-jobs-{size}"
-    fill(bootstrap, topic, size)
+    topic = f"bench-jobs-{size}" if live_keys is None else f"bench-jobs-{size}-{live_keys}"
+    fill(bootstrap, topic, size, live_keys)
     common = ["--bootstrap", bootstrap, "--topic", topic]
     spark_snapshot_s, spark_snapshot = run_job(
         "snapshot", [*common, "--group", GROUP, "--output", f"file://{work}/snap-{size}"]
@@ -644,6 +655,33 @@ def loader_only(size: int) -> int:
         raise RuntimeError(f"the results' largest run has {largest['records']} records")
     largest["loader"] = figures
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+def group_partitions_only(sizes: tuple[int, ...], live_keys: int) -> int:
+    """Only the snapshot and its two peers, on a group that commits ``live_keys`` partitions
+    over and over; into a results file of their own."""
+    runs = []
+    with (
+        embedded.running_broker() as broker,
+        tempfile.TemporaryDirectory() as work,
+        fresh_class_archive(Path(work)),
+    ):
+        fill(broker.bootstrap, "bench-jobs-first-record", 20_000)
+        record_class_archive(broker.bootstrap, "bench-jobs-first-record", Path(work))
+        for size in sizes:
+            runs.append(measure(broker.bootstrap, size, Path(work), False, False, live_keys))
+    results = RESULTS.with_name(f"jobs-group-partitions-{live_keys}.json")
+    summary = {
+        "benchmark": "jobs",
+        "master": "local[2]",
+        "group_partitions": live_keys,
+        "runs": runs,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
+    results.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {results}")
     return 0
 
 
@@ -825,6 +863,9 @@ def main(argv: list[str]) -> int:
         return loader_only(sizes[-1])
     if "--first-record-only" in argv:
         return first_record_only()
+    for arg in argv:
+        if arg.startswith("--group-partitions="):
+            return group_partitions_only(sizes, int(arg.split("=", 1)[1]))
     if "--spark-application-only" in argv:
         explicit = any(arg.startswith("--sizes=") for arg in argv)
         return spark_application_only(sizes if explicit else (1_000_000,))

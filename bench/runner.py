@@ -146,6 +146,12 @@ LEGACY_OPTIONS: dict[str, tuple[LegacyOption, ...]] = {
         LegacyOption("--no-loader", "skip the checkpoint loader"),
         LegacyOption("--no-warm", "skip the runs in an already running Spark session"),
         LegacyOption("--snapshot-only", "only the snapshot and its two peers"),
+        LegacyOption(
+            "--group-partitions",
+            "only the snapshot and its peers, the group committing N partitions over and over",
+            "N",
+            _positive_int,
+        ),
         LegacyOption("--merge", "merge this run's figures into the last results"),
     ),
     "protocol": (
