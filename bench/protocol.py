@@ -73,6 +73,7 @@ GROUPS, MEMBERS_PER_GROUP, PARTITIONS = 20, 10, 20
 LOAD_PROCESSES = 3
 CONNECTIONS, WINDOW = GROUPS * MEMBERS_PER_GROUP // LOAD_PROCESSES, 1
 HEARTBEAT_INTERVAL = datetime.timedelta(seconds=30)
+CLIENT_ID = "bench"
 
 # ---------------------------------------------------------------------------- load process
 
@@ -89,7 +90,7 @@ def _frames(members: list[dict[str, Any]]) -> list[bytes]:
                 topic_partitions=None,
             ),
             index,
-            "bench",
+            CLIENT_ID,
         )
         for index, member in enumerate(members)
     ]
@@ -315,6 +316,10 @@ async def _settled_members(
                         rebalance_timeout_ms=60_000,
                         subscribed_topic_names=(topic,) if epochs[member_id] == 0 else None,
                         owned_partitions=owned[member_id],
+                        # As the load's heartbeats name them: a client id or address that
+                        # changed would be written by the first heartbeat of a phase.
+                        client_id=CLIENT_ID,
+                        client_host="127.0.0.1",
                     )
                 )
                 epochs[member_id] = response.member_epoch
