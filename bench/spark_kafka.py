@@ -12,7 +12,7 @@ file). It prints the offsets' checksum as the job's ``KGO-RESULT`` line does, so
 checks both agree.
 
 The source splits the range into as many Spark tasks as the jobs' reader does
-(``minPartitions``: one per ``RECORDS_PER_SPLIT`` records), so both read with the same
+(``minPartitions``: one per ``arguments.records_per_split`` records), so both read with the same
 parallelism.
 
 The connector's jars (it, its token provider, ``kafka-clients``, ``commons-pool2``: the rest
@@ -129,6 +129,7 @@ def read_state(
     from kafka_group_jobs import arguments, columns
 
     records = sum(max(ends[p] - starts.get(p, 0), 0) for p in ends)
+    per_task = arguments.records_per_split(records, spark.sparkContext.defaultParallelism)
     frame = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -136,7 +137,7 @@ def read_state(
         .option("assign", json.dumps({topic: sorted(ends)}))
         .option("startingOffsets", json.dumps({topic: {str(p): starts.get(p, 0) for p in ends}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
-        .option("minPartitions", str(max(math.ceil(records / arguments.RECORDS_PER_SPLIT), 1)))
+        .option("minPartitions", str(max(math.ceil(records / per_task), 1)))
         .load()
     )
     return frame.select(

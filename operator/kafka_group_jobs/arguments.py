@@ -42,8 +42,11 @@ if TYPE_CHECKING:  # pyspark is imported only once a job runs Spark (see ``run``
     from kafka_group_jobs import source
 
 DEFAULT_STATE_TOPIC = "kafka-group-operator.group-state"
-# Eight tasks per million records: enough to keep two local cores and a few executors busy.
-RECORDS_PER_SPLIT = 125_000
+# A reading task's share of the records: the read spread over the job's cores, so that every
+# core reads and each task hands Spark as few newest commits as it can (``source.read``), within
+# these bounds: a task that fails is read again whole, and progress counts whole tasks.
+MIN_RECORDS_PER_SPLIT = 50_000
+MAX_RECORDS_PER_SPLIT = 1_000_000
 
 _FILE_SETTINGS = {
     "ca.crt": "ssl.ca.location",
@@ -222,9 +225,18 @@ def read_state(
     ends = fenced.end_offsets
     if starts is None:
         starts = topics.earliest_offsets(bootstrap, topic, ends, config)
-    ranges = source.split_ranges(starts, ends, RECORDS_PER_SPLIT)
+    records = sum(max(end - starts.get(partition, 0), 0) for partition, end in ends.items())
+    per_task = records_per_split(records, spark.sparkContext.defaultParallelism)
+    ranges = source.split_ranges(starts, ends, per_task)
     frame = source.read(spark, bootstrap, topic, ranges, config, commits_of, as_of_ms)
     return frame, fenced, ranges
+
+
+def records_per_split(records: int, cores: int) -> int:
+    """How many records each reading task reads: ``records`` shared over ``cores``, between
+    ``MIN_RECORDS_PER_SPLIT`` and ``MAX_RECORDS_PER_SPLIT`` (at least one)."""
+    share = -(-records // max(cores, 1))
+    return max(1, min(MAX_RECORDS_PER_SPLIT, max(MIN_RECORDS_PER_SPLIT, share)))
 
 
 def take_fence(

@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # this module is imported by every reading task: no pyspark t
 
 ARROW_BATCH_ROWS = 50_000
 # The most newest-commit rows a reading task holds before it hands them over (``read``'s
-# ``commits_of``): a range's worth (``arguments.RECORDS_PER_SPLIT``) at about 0.5 kB a row.
-NEWEST_HELD_ROWS = 125_000
+# ``commits_of``): about 100 MB at 0.5 kB a row, whatever its range's length.
+NEWEST_HELD_ROWS = 200_000
 
 
 @dataclass(frozen=True)

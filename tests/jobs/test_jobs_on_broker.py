@@ -498,7 +498,7 @@ def test_jobs_print_tables_and_warn_on_clamps_and_offsets_past_the_log_end(
     # 57 lies past the log end of 20, as when the broker reports a wrong log end.
     append(bootstrap, state_topic, commits(group, data, {0: 5, 1: 57}, T0))
     # One offset range per record: the read runs as two tasks, and progress counts both.
-    monkeypatch.setattr(arguments, "RECORDS_PER_SPLIT", 1)
+    monkeypatch.setattr(arguments, "MAX_RECORDS_PER_SPLIT", 1)
     common = ["--bootstrap", bootstrap, "--topic", state_topic, "--group", group]
 
     assert snapshot.main([*common, "--output", (tmp_path / "s").as_uri()]) == 0

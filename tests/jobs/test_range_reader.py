@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_group_jobs import source, topics
+from kafka_group_jobs import arguments, source, topics
 from kafka_group_records import codec, records
 
 T0 = 1_700_000_000_000
@@ -186,3 +186,20 @@ def test_what_spark_computes_of_the_handed_rows_is_what_it_computes_of_all(
         # Never let go of what it held: exactly one row per partition committed by then.
         in_time = {p for p, _, at in commits if as_of_ms is None or T0 + at <= as_of_ms}
         assert sorted(row["topic_partition"] for row in rows) == sorted(in_time)
+
+
+@pytest.mark.parametrize(
+    ("records", "cores", "per_task"),
+    [
+        (1_000_000, 2, 500_000),  # one task per core
+        (1_000_000, 8, 125_000),
+        (10_000_000, 2, 1_000_000),  # no task longer than the upper bound
+        (20_000, 2, 50_000),  # nor shorter than the lower one: one task
+        (0, 2, 50_000),
+        (1_000_000, 0, 1_000_000),  # no cores known: the bound
+    ],
+)
+def test_a_read_is_shared_over_the_cores_within_bounds(
+    records: int, cores: int, per_task: int
+) -> None:
+    assert arguments.records_per_split(records, cores) == per_task

@@ -117,6 +117,7 @@ def test_snapshot_application_is_exactly_as_expected() -> None:
                 "=/opt/kafka-group-operator/spark-classes.jsa -Xshare:auto",
                 "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile"
                 "=/opt/kafka-group-operator/spark-classes.jsa -Xshare:auto",
+                "spark.default.parallelism": "3",
                 "spark.sql.shuffle.partitions": "8",
             },
             "restartPolicy": {"type": "Never"},
@@ -193,6 +194,17 @@ def test_a_resources_java_options_replace_the_images_defaults() -> None:
     conf = build(settings=settings)["spec"]["sparkConf"]
     assert conf["spark.executor.extraJavaOptions"] == "-Xss4m"
     assert conf["spark.driver.extraJavaOptions"] == spark_application.JVM_OPTIONS
+
+
+def test_the_default_parallelism_is_the_executors_cores_unless_the_resource_says() -> None:
+    """The jobs cut their read into one task per core; on Kubernetes Spark counts the cores
+    only once executors register, after the read is planned."""
+    settings = spark_application.overlay(DEFAULTS, {"executor": {"instances": 3, "cores": 4}})
+    assert build(settings=settings)["spec"]["sparkConf"]["spark.default.parallelism"] == "12"
+    settings = spark_application.overlay(
+        settings, {"sparkConf": {"spark.default.parallelism": "5"}}
+    )
+    assert build(settings=settings)["spec"]["sparkConf"]["spark.default.parallelism"] == "5"
 
 
 @pytest.mark.parametrize(

@@ -201,7 +201,13 @@ def build_spark_application(
         "mainApplicationFile": f"local://{settings.jobs_path.rstrip('/')}/{job}.py",
         "arguments": args,
         "sparkVersion": settings.spark_version,
-        "sparkConf": {**DEFAULT_SPARK_CONF, **settings.spark_conf},
+        "sparkConf": {
+            **DEFAULT_SPARK_CONF,
+            # The executors' cores, known before any executor registers: the jobs cut their
+            # read into one task per core (kafka_group_jobs.arguments.records_per_split).
+            "spark.default.parallelism": str(settings.executor_instances * settings.executor_cores),
+            **settings.spark_conf,
+        },
         "restartPolicy": {"type": "Never"},
         "timeToLiveSeconds": settings.time_to_live_seconds,
         "driver": driver,
