@@ -17,9 +17,14 @@ nothing changed) for a fixed time, in three ways on the same members in the same
 * **floor**: the kafka phase's load against a bare asyncio protocol in the coordinator
   process, on its event loop, that answers each frame with the same fixed bytes (no decode,
   no runtime): what reading a frame and writing an answer cost on this machine, the part of
-  the listener's cost that no work on the listener removes.
+  the listener's cost that no work on the listener removes;
+* **ideal**: the floor again, spending on each frame, busy, the runtime's own CPU per
+  heartbeat (measured in-process just before the rounds: ``ideal_work_us``): a listener whose
+  decoding, dispatch and answer cost nothing. Its rate against the runtime's
+  (``ideal_vs_runtime``) is the most any listener can reach in this harness, where each
+  answer also wakes a load process that sleeps waiting for it.
 
-The four run in turn, ``--rounds=N`` times (3; 1 with ``--quick``), so that each round's
+The five run in turn, ``--rounds=N`` times (3; 1 with ``--quick``), so that each round's
 ratios compare phases run back to back on a machine whose load moves; medians and ranges
 over the rounds are reported. Besides the rates, the coordinator process's CPU time per
 heartbeat answered in each phase: the rates share two cores with the load processes and the
@@ -65,7 +70,7 @@ from kafka_group_operator.runtime import coordinator_runtime
 from kafka_group_operator.wire import bounds, framing
 
 RESULTS = Path(__file__).parent / "results" / "protocol.json"
-KINDS = ("kafka", "floor", "http", "runtime")
+KINDS = ("kafka", "floor", "ideal", "http", "runtime")
 _SIZE, _ERROR = struct.Struct(">i"), struct.Struct(">h")
 GROUPS, MEMBERS_PER_GROUP, PARTITIONS = 20, 10, 20
 # Load processes, and per process: connections and heartbeats in flight on each (one per
@@ -238,7 +243,11 @@ _FLOOR_ANSWER = _SIZE.pack(29) + bytes(29)
 
 
 class _Floor(asyncio.Protocol):
-    """The floor: each whole frame answered with ``_FLOOR_ANSWER``, nothing decoded."""
+    """The floor: each whole frame answered with ``_FLOOR_ANSWER``, nothing decoded; after
+    ``work_s`` of busy CPU for the ideal listener (see ``run``)."""
+
+    def __init__(self, work_s: float = 0.0) -> None:
+        self.work_s = work_s
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -249,6 +258,10 @@ class _Floor(asyncio.Protocol):
         buffer += data
         while len(buffer) >= 4 and len(buffer) >= 4 + (size := _SIZE.unpack_from(buffer)[0]):
             del buffer[: 4 + size]
+            if self.work_s:
+                done = time.perf_counter() + self.work_s
+                while time.perf_counter() < done:
+                    pass
             self.transport.write(_FLOOR_ANSWER)
 
 
@@ -387,6 +400,7 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
         kafka = protocol_listener.Listener(runtime, None, protocol_listener.ListenerConfig(port=0))
         runner = web.AppRunner(api_app.build_app(runtime, None), access_log=None)
         floor: asyncio.Server | None = None
+        ideal: asyncio.Server | None = None
         try:
             for _ in range(100):
                 if runtime.known_topics().get(topic) is not None:
@@ -399,6 +413,17 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
             floor = await asyncio.get_running_loop().create_server(_Floor, "127.0.0.1", 0)
             floor_port: int = floor.sockets[0].getsockname()[1]
             members = await _settled_members(runtime, topic)
+            # The ideal listener: the floor, spending on each frame the runtime's own CPU per
+            # heartbeat (measured here first), as a listener whose decoding, dispatch and
+            # answer cost nothing would. What it reaches against the runtime is the most any
+            # listener can in this harness, where each answer also wakes a sleeping client.
+            cpu = _cpu_seconds()
+            calibration = await _runtime_load(runtime, members, duration / 3)
+            ideal_work_s = (_cpu_seconds() - cpu) / calibration["heartbeats"]
+            ideal = await asyncio.get_running_loop().create_server(
+                lambda: _Floor(ideal_work_s), "127.0.0.1", 0
+            )
+            ideal_port: int = ideal.sockets[0].getsockname()[1]
             measured_rounds: list[dict[str, Any]] = []
             # Interleaved: the machine's load moves between phases, and each round's ratio
             # compares phases run back to back.
@@ -409,7 +434,11 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
                     if kind == "runtime":
                         measured = await _runtime_load(runtime, members, duration)
                     else:
-                        port = {"kafka": kafka.port, "floor": floor_port}.get(kind, http_port)
+                        port = {
+                            "kafka": kafka.port,
+                            "floor": floor_port,
+                            "ideal": ideal_port,
+                        }.get(kind, http_port)
                         measured = await _load_process(kind, port, members, workdir, duration)
                     measured["cpu_us_per_heartbeat"] = round(
                         (_cpu_seconds() - cpu) / measured["heartbeats"] * 1e6, 1
@@ -424,6 +453,8 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
         finally:
             if floor is not None:
                 floor.close()
+            if ideal is not None:
+                ideal.close()
             await kafka.stop()
             await runner.cleanup()
             await runtime.stop()
@@ -468,6 +499,17 @@ async def run(quick: bool, workdir: Path, rounds: int) -> dict[str, Any]:
         # load processes' share of the cores left out).
         "kafka_vs_runtime_cpu": _spread(
             [r / k for k, r in zip(kafka_cpu, each("runtime", "cpu_us_per_heartbeat"), strict=True)]
+        ),
+        # The ideal listener's rate against the runtime's (each round's, back to back): the
+        # most any listener reaches in this harness.
+        "ideal_work_us": round(ideal_work_s * 1e6, 1),
+        "ideal_vs_runtime": _spread(
+            [
+                i / r
+                for i, r in zip(
+                    each("ideal", "per_second"), each("runtime", "per_second"), strict=True
+                )
+            ]
         ),
         # The floor's CPU per heartbeat over the listener's: the share of the listener's cost
         # that is reading a frame and writing its answer.
