@@ -125,7 +125,8 @@ class RangeReader:
         newest: dict[tuple[str | None, int | None], columns.Row] = {}
         as_of = self.as_of_ms
         # The first rows go over at once, so that Spark can start on them while the rest
-        # is read; then batches of ARROW_BATCH_ROWS.
+        # is read; then batches of ARROW_BATCH_ROWS (a read of every record: with prefixes,
+        # the newest commits go over when the range is read, or when too many are held).
         handed = 0
         try:
             for batch in topics.read_range(
