@@ -345,7 +345,7 @@ async def test_a_wrongly_configured_state_topic_stops_the_start(
 
 def _hanging(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, int]]:
     """The hanging transactions a load reported: (topic, partition, first offset)."""
-    return [r.hanging for r in caplog.records if getattr(r, "hanging", None) is not None]
+    return [r.hanging for r in list(caplog.records) if getattr(r, "hanging", None) is not None]
 
 
 async def _abort_hanging_transactions(
@@ -354,9 +354,8 @@ async def _abort_hanging_transactions(
     """What docs/troubleshooting.md tells an administrator to do when a state partition's
     load reports a hanging transaction: abort it with Kafka's own tool."""
     while True:
-        for record in list(caplog.records):
-            hanging = getattr(record, "hanging", None)
-            if hanging is None or hanging in aborted:
+        for hanging in _hanging(caplog):
+            if hanging in aborted:
                 continue
             topic, partition, offset = hanging
             command = kafka.java_command(
